@@ -1,0 +1,121 @@
+"""Composition root: settings -> spec -> service -> transport, and the process runners."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pipeserve.config import ServerSettings
+from pipeserve.observability.logging import configure_logging
+from pipeserve.observability.metrics import Metrics
+from pipeserve.pipeline.loader import load_spec
+from pipeserve.server.rest import RestApp, create_app
+from pipeserve.service import InferenceService
+
+logger = logging.getLogger(__name__)
+
+
+def build_rest_app(settings: ServerSettings) -> RestApp:
+    """The REST app for ``settings.spec_dir``: spec checked and handlers imported now, models loaded at startup.
+
+    Example:
+        >>> app = build_rest_app(ServerSettings(spec_dir=Path("examples/iris")))  # doctest: +SKIP
+    """
+    metrics = Metrics()
+    service = InferenceService(load_spec(settings.spec_dir), metrics=metrics, warmup_runs=settings.warmup_runs)
+    return create_app(service, settings, metrics)
+
+
+def serve(settings: ServerSettings) -> None:
+    """Serve the REST API: uvicorn in this process for one worker, gunicorn with uvicorn workers for several."""
+    configure_logging(settings.log_level, settings.log_format)
+    load_spec(settings.spec_dir)  # fail here, with the spec's error, before any process starts
+    if settings.workers == 1:
+        _serve_uvicorn(settings)
+    else:
+        _serve_gunicorn(settings)
+
+
+def _uvicorn_options(settings: ServerSettings) -> dict[str, Any]:
+    return {
+        "log_config": None,
+        "access_log": False,  # our own access line carries the request id and latency
+        "server_header": False,
+        "lifespan": "on",
+        "timeout_graceful_shutdown": int(settings.graceful_timeout_s),
+    }
+
+
+def _serve_uvicorn(settings: ServerSettings) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        build_rest_app(settings),
+        host=settings.host,
+        port=settings.port,
+        backlog=settings.backlog,
+        limit_max_requests=settings.limit_max_requests,
+        **_uvicorn_options(settings),
+    )
+    logger.info("Serving %s on http://%s:%d (1 worker)", settings.spec_dir, settings.host, settings.port)
+    uvicorn.Server(config).run()
+
+
+def _serve_gunicorn(settings: ServerSettings) -> None:
+    try:
+        from gunicorn.app.base import BaseApplication
+    except ImportError as exc:
+        raise RuntimeError("several workers need gunicorn: pip install 'pipeserve[gunicorn]'") from exc
+
+    class PipeserveGunicorn(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            options = {
+                "bind": f"{settings.host}:{settings.port}",
+                "workers": settings.workers,
+                "worker_class": "pipeserve.server.rest._gunicorn.PipeserveWorker",
+                "backlog": settings.backlog,
+                "max_requests": settings.limit_max_requests or 0,
+                "max_requests_jitter": settings.max_requests_jitter,
+                "graceful_timeout": settings.graceful_timeout_s,
+                "timeout": 120,
+                "loglevel": "debug" if settings.log_level == "trace" else settings.log_level,
+                "accesslog": None,
+                "proc_name": f"pipeserve-{settings.spec_dir.name}",
+            }
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> RestApp:
+            # Runs in each worker after the fork: every worker loads its own models in its lifespan.
+            configure_logging(settings.log_level, settings.log_format)
+            return build_rest_app(settings)
+
+    logger.info("Serving %s on http://%s:%d (%d workers, pid %d)", settings.spec_dir, settings.host, settings.port,
+                settings.workers, os.getpid())
+    PipeserveGunicorn().run()
+
+
+async def check_pipeline(spec_dir: Path | str) -> dict[str, Any]:
+    """Load, warm up and golden-check a pipeline without serving it; report what happened.
+
+    Raises:
+        SpecError: the spec is invalid or a node cannot load.
+    """
+    loaded = load_spec(spec_dir)
+    service = InferenceService(loaded)
+    await service.start()
+    try:
+        return {
+            "pipeline": loaded.spec.name,
+            "spec": str(loaded.path),
+            "order": " -> ".join(loaded.plan.order),
+            "fingerprint": service.fingerprint,
+            "golden": service.golden_summary,
+            "ready": service.is_ready,
+            "reason": service.reason,
+            "warnings": list(loaded.warnings),
+        }
+    finally:
+        await service.stop()

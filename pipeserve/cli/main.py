@@ -1,0 +1,84 @@
+"""``pipeserve serve`` and ``pipeserve check``: each parses options and calls one library function."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from pipeserve.cli._errors import CheckFailed, SpecInvalid
+from pipeserve.config import ServerSettings
+from pipeserve.errors import SpecError
+
+SPEC_DIR = click.argument("spec_dir", type=click.Path(exists=True, path_type=Path))
+
+
+def _settings(**options: Any) -> ServerSettings:
+    given = {key: value for key, value in options.items() if value is not None}
+    try:
+        return ServerSettings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "PIPESERVE"})
+@click.version_option(package_name="pipeserve")
+def cli() -> None:
+    """Serve ML pipelines: one spec, every serving pattern."""
+
+
+@cli.command()
+@SPEC_DIR
+@click.option("--host", default=None, help="Bind address [env HOST; default 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Port [env PORT; default 8000].")
+@click.option("--workers", type=int, default=None, help="Processes; >1 runs gunicorn [env WORKERS; default 1].")
+@click.option("--log-level", default=None, help="critical|error|warning|info|debug [env LOGLEVEL; default info].")
+@click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
+@click.option("--max-body-bytes", type=int, default=None, help="Largest request body [10 MB].")
+def serve(spec_dir: Path, **options: Any) -> None:
+    """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
+    from pipeserve.app import serve as run_server
+
+    settings = _settings(spec_dir=spec_dir, **options)
+    try:
+        run_server(settings)
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+
+
+@cli.command()
+@SPEC_DIR
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check(spec_dir: Path, as_json: bool) -> None:
+    """Validate SPEC_DIR, load its models, warm up and run the golden check, without serving."""
+    from pipeserve.app import check_pipeline
+
+    try:
+        report = asyncio.run(check_pipeline(spec_dir))
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        for key, value in report.items():
+            if key != "warnings":
+                click.echo(f"{key:>12}: {value}")
+        for warning in report["warnings"]:
+            click.echo(f"     warning: {warning}", err=True)
+    if not report["ready"]:
+        raise CheckFailed(f"pipeline is not ready: {report['reason']}")
+
+
+def main() -> None:
+    """Entry point of the ``pipeserve`` script."""
+    cli(prog_name="pipeserve")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Server settings, built once at startup and passed down.
+
+Every field reads ``PIPESERVE_<NAME>`` from the environment; the seed services' variables (``HOST``,
+``PORT``, ``WORKERS``, ``BACKLOG``, ``LIMIT_MAX_REQUESTS``, ``MAX_REQUESTS_JITTER``, ``GRACEFUL_TIMEOUT``,
+``LOGLEVEL``) are honoured too. Explicit arguments (the CLI's options) win over both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+def _env(name: str, *seed_names: str) -> AliasChoices:
+    return AliasChoices(name, f"PIPESERVE_{name.upper()}", *seed_names)
+
+
+class ServerSettings(BaseSettings):
+    """How one pipeserve server runs.
+
+    Example:
+        >>> ServerSettings(spec_dir=Path("examples/iris"), port=8001).port
+        8001
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    spec_dir: Path = Field(default=Path("."), validation_alias=_env("spec_dir"))
+    host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
+    port: int = Field(default=8000, ge=0, le=65535, validation_alias=_env("port", "PORT"))
+    workers: int = Field(default=1, ge=1, le=256, validation_alias=_env("workers", "WORKERS"))
+    backlog: int = Field(default=2048, ge=1, validation_alias=_env("backlog", "BACKLOG"))
+    limit_max_requests: int | None = Field(
+        default=None, ge=1, validation_alias=_env("limit_max_requests", "LIMIT_MAX_REQUESTS")
+    )
+    max_requests_jitter: int = Field(default=0, ge=0, validation_alias=_env("max_requests_jitter", "MAX_REQUESTS_JITTER"))
+    graceful_timeout_s: float = Field(default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT"))
+    log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias=_env("log_format"))
+    access_log: bool = Field(default=True, validation_alias=_env("access_log"))
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, validation_alias=_env("max_body_bytes"))
+    warmup_runs: int = Field(default=3, ge=0, le=1000, validation_alias=_env("warmup_runs"))
+    root_path: str = Field(default="", validation_alias=_env("root_path"))
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("spec_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()

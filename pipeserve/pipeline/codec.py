@@ -1,0 +1,133 @@
+"""Request ``data`` -> the first node's input, and the last node's output -> JSON-ready values."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import numpy as np
+
+from pipeserve.errors import InvalidInput
+from pipeserve.pipeline.spec import InputSpec
+from pipeserve.types import numpy_dtype
+
+_KIND_NAMES = {"U": "text", "S": "bytes", "O": "null, nested or mixed values", "b": "booleans", "c": "complex numbers"}
+
+
+def decode_data(spec: InputSpec, data: Any) -> Any:
+    """Check and convert one request's ``data`` as ``spec`` describes.
+
+    Raises:
+        InvalidInput: what was wrong and what is expected.
+
+    Example:
+        >>> decode_data(InputSpec(kind="tensor", shape=[-1, 2]), [1, 2]).shape
+        (1, 2)
+    """
+    if data is None:
+        raise InvalidInput("'data' is missing or null", expected=_expected(spec))
+    if spec.kind == "tensor":
+        return _decode_tensor(spec, data)
+    if spec.kind == "image":
+        return _decode_image(data)
+    return data
+
+
+def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
+    if isinstance(data, str | bytes | dict | bool):
+        raise InvalidInput(f"'data' is {_describe(data)}", expected=_expected(spec))
+    try:
+        raw = np.asarray(data)
+    except ValueError as exc:  # ragged nested lists
+        raise InvalidInput(f"'data' is not rectangular ({exc})", expected=_expected(spec)) from exc
+    if raw.dtype.kind not in "iuf":
+        found = _KIND_NAMES.get(raw.dtype.kind, str(raw.dtype))
+        raise InvalidInput(f"'data' holds {found}, not numbers", expected=_expected(spec))
+    array = raw.astype(numpy_dtype(spec.dtype), copy=False)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise InvalidInput("'data' contains NaN or infinity (or a number too large for " + spec.dtype + ")",
+                           expected=_expected(spec))
+    if spec.shape is not None:
+        if array.ndim == len(spec.shape) - 1:
+            array = array[None]
+        if array.ndim != len(spec.shape) or any(want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)):
+            raise InvalidInput(f"'data' has shape {list(raw.shape)}", expected=_expected(spec))
+    if array.ndim == 0:
+        raise InvalidInput("'data' is a single number", expected=_expected(spec))
+    if array.shape[0] == 0:
+        raise InvalidInput("'data' has no rows", expected=_expected(spec))
+    if array.shape[0] > spec.max_batch_rows:
+        raise InvalidInput(f"'data' has {array.shape[0]} rows", expected=f"at most {spec.max_batch_rows} rows per request")
+    return array
+
+
+def _decode_image(data: Any) -> bytes:
+    if isinstance(data, bytes | bytearray):
+        return bytes(data)
+    if not isinstance(data, str):
+        raise InvalidInput(f"'data' is {_describe(data)}", expected="a base64-encoded image as a JSON string")
+    text = data
+    if text.startswith("data:"):  # a data URL: data:image/jpeg;base64,....
+        text = text.partition(",")[2]
+    try:
+        decoded = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"'data' is not valid base64 ({exc})", expected="a base64-encoded image (e.g. `base64 cat.jpg`)") from exc
+    if not decoded:
+        raise InvalidInput("'data' is an empty string", expected="a base64-encoded image")
+    return decoded
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return f"text ({value[:20]!r}{'...' if len(value) > 20 else ''})"
+    return {dict: "an object", bool: "a boolean", list: "a list", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _expected(spec: InputSpec) -> str:
+    if spec.kind == "image":
+        return "a base64-encoded image as a JSON string"
+    if spec.kind == "tensor":
+        if spec.shape is None:
+            return f"a (nested) list of {spec.dtype} numbers"
+        per_row = spec.shape[1:]
+        example = _example(per_row)
+        row = f"rows of shape {per_row}" if len(per_row) != 1 else f"rows of {per_row[0]} numbers"
+        return f"{spec.dtype} numbers with shape {spec.shape} ({row}), e.g. {example}"
+    return "a JSON value"
+
+
+def _example(shape: list[int]) -> str:
+    if not shape:
+        return "[1.0]"
+    inner: Any = [0.5] * max(1, min(shape[-1], 4) if shape[-1] > 0 else 1)
+    for dim in reversed(shape[:-1]):
+        inner = [inner] * (dim if 0 < dim <= 2 else 1)
+    return str([inner])
+
+
+def squeeze_single(value: Any) -> Any:
+    """Drop the batch dimension of a one-row result, as the seed services answered: ``[[a, b]] -> [a, b]``."""
+    if isinstance(value, np.ndarray):
+        return value[0] if value.ndim >= 1 and value.shape[0] == 1 else value
+    if isinstance(value, list) and len(value) == 1:
+        return value[0]
+    if isinstance(value, dict):
+        return {key: squeeze_single(item) for key, item in value.items()}
+    return value
+
+
+def to_jsonable(value: Any) -> Any:
+    """NumPy values -> plain Python, for encoders that do not know NumPy."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value

@@ -1,0 +1,216 @@
+"""Runs one request through a compiled pipeline: sync nodes grouped per thread hop, models via batchers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pipeserve.batching import BatchPolicy
+from pipeserve.errors import InvalidInput, NodeFailed, PipeserveError, SpecError
+from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
+from pipeserve.pipeline.loader import LoadedSpec
+from pipeserve.pipeline.nodes import HandlerNode, ModelNode, StepNode
+from pipeserve.pipeline.spec import NodeSpec
+from pipeserve.pipeline.steps import StepContext, create_step
+from pipeserve.runtimes import RuntimeOptions
+from pipeserve.runtimes.registry import runtime_class
+
+logger = logging.getLogger(__name__)
+
+Node = StepNode | HandlerNode | ModelNode
+#: Called after each node with (node name, seconds, failed).
+NodeObserver = Callable[[str, float, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _SyncSegment:
+    """Consecutive sync nodes, run in one call: inline when all are light, else in one worker-thread hop."""
+
+    nodes: tuple[StepNode | HandlerNode, ...]
+    inline: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _AsyncSegment:
+    node: HandlerNode | ModelNode
+
+
+class Pipeline:
+    """A spec compiled into runnable nodes.
+
+    Example:
+        >>> pipeline = Pipeline.compile(load_spec("examples/iris"))  # doctest: +SKIP
+        >>> await pipeline.start()                                     # doctest: +SKIP
+        >>> await pipeline.run(np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))  # doctest: +SKIP
+    """
+
+    def __init__(self, loaded: LoadedSpec, nodes: list[Node], *, worker_threads: int | None = None) -> None:
+        self.loaded = loaded
+        self.name = loaded.spec.name
+        self.nodes = {node.name: node for node in nodes}
+        self._order = [self.nodes[name] for name in loaded.plan.order]
+        self._worker_threads = worker_threads or min(4, os.cpu_count() or 1)
+        self._executor: ThreadPoolExecutor | None = None
+        self._segments: list[_SyncSegment | _AsyncSegment] = []
+        self.observer: NodeObserver | None = None
+
+    @classmethod
+    def compile(cls, loaded: LoadedSpec, *, worker_threads: int | None = None) -> Pipeline:
+        """Resolve every node's handler, step or runtime (imports only; nothing is loaded).
+
+        Raises:
+            SpecError: a handler is unimportable, a step or runtime unknown, or a parameter invalid.
+        """
+        file = str(loaded.path)
+        reachable = set(loaded.plan.order)
+        nodes = [_compile_node(loaded, spec, file) for spec in loaded.spec.nodes if spec.name in reachable]
+        return cls(loaded, nodes, worker_threads=worker_threads)
+
+    @property
+    def models(self) -> list[ModelNode]:
+        return [node for node in self._order if isinstance(node, ModelNode)]
+
+    async def start(self) -> None:
+        """Load every node (models and handlers, in worker threads) and start the batchers."""
+        self._executor = ThreadPoolExecutor(max_workers=self._worker_threads, thread_name_prefix=f"pipeline-{self.name}")
+        loop = asyncio.get_running_loop()
+        for node in self._order:
+            started = time.perf_counter()
+            try:
+                await loop.run_in_executor(self._executor, node.load)
+            except SpecError as exc:
+                raise SpecError(exc.problem, file=self.loaded.path, node=node.name, field=exc.field) from exc
+            except Exception as exc:  # noqa: BLE001 - user load() code: report which node could not load
+                raise SpecError(f"load failed: {type(exc).__name__}: {exc}", file=self.loaded.path, node=node.name) from exc
+            logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
+        for model in self.models:
+            await model.start()
+        self._segments = _segment(self._order)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the batchers (finishing queued work within ``grace_s``) and release the models."""
+        for model in self.models:
+            await model.stop(grace_s)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def run(self, value: Any) -> Any:
+        """Run one request's decoded input through the nodes and return the last node's output.
+
+        Raises:
+            InvalidInput: a node found the input unusable (its message says why).
+            NodeFailed: a node raised; ``.node`` names it and the cause is chained.
+            PipeserveError: overload, deadlines, not ready.
+        """
+        loop = asyncio.get_running_loop()
+        for segment in self._segments:
+            if isinstance(segment, _SyncSegment):
+                if segment.inline:
+                    value = self._run_sync(segment.nodes, value)
+                else:
+                    value = await loop.run_in_executor(self._executor, self._run_sync, segment.nodes, value)
+            else:
+                value = await self._run_async(segment.node, value)
+        return value
+
+    def _run_sync(self, nodes: tuple[StepNode | HandlerNode, ...], value: Any) -> Any:
+        for node in nodes:
+            started = time.perf_counter()
+            try:
+                value = node.call(value)
+            except (InvalidInput, PipeserveError):
+                self._observe(node.name, started, failed=True)
+                raise
+            except Exception as exc:  # noqa: BLE001 - user code: any error fails the request, naming the node
+                self._observe(node.name, started, failed=True)
+                raise NodeFailed(node.name, exc) from exc
+            self._observe(node.name, started, failed=False)
+        return value
+
+    async def _run_async(self, node: HandlerNode | ModelNode, value: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            result = await node.acall(value)
+        except (InvalidInput, PipeserveError):
+            self._observe(node.name, started, failed=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - engine or user code: fail the request, naming the node
+            self._observe(node.name, started, failed=True)
+            raise NodeFailed(node.name, exc) from exc
+        self._observe(node.name, started, failed=False)
+        return result
+
+    def _observe(self, node: str, started: float, *, failed: bool) -> None:
+        if self.observer is not None:
+            self.observer(node, time.perf_counter() - started, failed)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [node.describe() for node in self._order]
+
+
+def _segment(order: list[Node]) -> list[_SyncSegment | _AsyncSegment]:
+    segments: list[_SyncSegment | _AsyncSegment] = []
+    run: list[StepNode | HandlerNode] = []
+
+    def flush() -> None:
+        if run:
+            segments.append(_SyncSegment(tuple(run), inline=all(n.runs_inline for n in run)))
+            run.clear()
+
+    for node in order:
+        if isinstance(node, ModelNode) or node.is_async:
+            flush()
+            segments.append(_AsyncSegment(node))  # type: ignore[arg-type]
+        else:
+            run.append(node)
+    flush()
+    return segments
+
+
+def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
+    labels = loaded.labels
+    if spec.step is not None:
+        context = StepContext(node=spec.name, base_dir=loaded.base_dir, labels=labels)
+        return StepNode(spec.name, spec.step, create_step(spec.step, spec.params, context, file=file))
+    meta = spec.model_load_meta
+    assert meta is not None  # noqa: S101 - NodeSpec guarantees step or model_load_meta
+    if meta.runtime is None:
+        assert meta.handler_module is not None  # noqa: S101 - ModelLoadMeta guarantees one of them
+        factory = resolve_handler(meta.handler_module, loaded.base_dir, file=file, node=spec.name)
+        context_h = HandlerContext(node=spec.name, base_dir=loaded.base_dir, params=dict(spec.params), labels=labels)
+        return HandlerNode(spec.name, meta.handler_module, factory, context_h)
+    try:
+        runtime_cls = runtime_class(meta.runtime)
+    except SpecError as exc:
+        raise SpecError(exc.problem, file=file, node=spec.name, field="model_load_meta.runtime") from exc
+    extra = dict(meta.options)
+    if meta.runtime == "python" and meta.handler_module is not None:
+        extra.setdefault("class", meta.handler_module)
+    options = RuntimeOptions(
+        artifact=loaded.resolve(meta.artifact) if meta.artifact else None,
+        device=meta.device,
+        intra_op_threads=meta.intra_op_threads,
+        inter_op_threads=meta.inter_op_threads,
+        extra=extra,
+        base_dir=loaded.base_dir,
+    )
+    batching = spec.batching
+    policy = (
+        BatchPolicy(
+            max_batch_size=batching.max_batch_size,
+            max_wait_s=batching.max_latency_ms / 1000.0,
+            max_queue_size=batching.max_queue_size,
+            workers=batching.workers,
+        )
+        if batching is not None
+        else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=1)
+    )
+    return ModelNode(spec.name, runtime_cls(options), policy, version=meta.version, outputs=meta.outputs,
+                     pipeline=loaded.spec.name)

@@ -1,0 +1,218 @@
+"""Compiled pipeline nodes: a built-in step, a user handler, or a model behind its batcher."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+import numpy as np
+
+from pipeserve.batching import Batcher, BatchPolicy
+from pipeserve.batching.batcher import BatchInfo
+from pipeserve.errors import InvalidInput, NotReady, SpecError
+from pipeserve.pipeline.handlers import HandlerContext, HandlerFactory
+from pipeserve.pipeline.steps import Step
+from pipeserve.runtimes import Runtime
+from pipeserve.types import TensorDict, numpy_dtype
+
+logger = logging.getLogger(__name__)
+
+NodeKind = Literal["model", "handler", "step"]
+
+
+class StepNode:
+    """A built-in step; sync. Heavy steps run in the pipeline's worker threads, light ones inline."""
+
+    kind: NodeKind = "step"
+    is_async = False
+
+    def __init__(self, name: str, step_name: str, step: Step) -> None:
+        self.name = name
+        self.step_name = step_name
+        self.step = step
+        self.runs_inline = not step.is_cpu_heavy
+
+    def load(self) -> None:
+        return None
+
+    def call(self, value: Any) -> Any:
+        return self.step(value)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "step", "step": self.step_name, "params": self.step.params.model_dump()}
+
+
+class HandlerNode:
+    """A user handler. ``async def predict`` runs on the event loop; a sync one in a worker thread."""
+
+    kind: NodeKind = "handler"
+
+    def __init__(self, name: str, target: str, factory: HandlerFactory, context: HandlerContext) -> None:
+        self.name = name
+        self.target = target
+        self._factory = factory
+        self._context = context
+        self._handler: Any = None
+        self.is_async = False
+        self.runs_inline = False
+
+    def load(self) -> None:
+        handler = self._factory()
+        if callable(getattr(handler, "load", None)):
+            handler.load(self._context)
+        self._handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler.predict)
+
+    def call(self, value: Any) -> Any:
+        return self._handler.predict(value)
+
+    async def acall(self, value: Any) -> Any:
+        return await self._handler.predict(value)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "handler", "handler_module": self.target}
+
+
+class ModelNode:
+    """A model runtime behind a batcher (``max_batch_size`` 1 when batching is off).
+
+    The node's input is one request's tensor (or dict of named tensors) with a leading batch dimension.
+    The batcher concatenates requests along it, runs the engine in a worker thread, and splits the outputs.
+    """
+
+    kind: NodeKind = "model"
+    is_async = True
+    runs_inline = False
+
+    def __init__(
+        self,
+        name: str,
+        runtime: Runtime,
+        policy: BatchPolicy,
+        *,
+        version: str = "1",
+        outputs: list[str] | None = None,
+        pipeline: str = "",
+    ) -> None:
+        self.name = name
+        self.runtime = runtime
+        self.policy = policy
+        self.version = version
+        self._selected = outputs
+        self._pipeline = pipeline
+        self._batcher: Batcher[TensorDict, TensorDict] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._input_names: list[str] = []
+        self._casts: dict[str, np.dtype[Any]] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self.on_batch: Any = None
+
+    def load(self) -> None:
+        self.runtime.load()
+        signature = self.runtime.signature
+        self._input_names = [spec.name for spec in signature.inputs]
+        for spec in signature.inputs:
+            try:
+                dtype = numpy_dtype(spec.dtype)
+            except ValueError:
+                continue
+            if dtype.kind in "biuf":
+                self._casts[spec.name] = dtype
+            if spec.shape is not None:
+                self._shapes[spec.name] = spec.shape
+        names = signature.output_names()
+        unknown = [n for n in self._selected or [] if n not in names]
+        if unknown:
+            raise SpecError(f"outputs {unknown} not in the model's outputs {names}", node=self.name,
+                            field="model_load_meta.outputs")
+
+    async def start(self) -> None:
+        workers = self.policy.workers if self.runtime.is_thread_safe else 1
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{self.name}")
+        self._batcher = Batcher(
+            self._run_batch, self.policy, name=f"model {self.name!r}", size_of=_rows, on_batch=self._batch_done
+        )
+        await self._batcher.start()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self._batcher is not None:
+            await self._batcher.stop(grace_s)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self.runtime.unload()
+
+    def _batch_done(self, info: BatchInfo) -> None:
+        if self.on_batch is not None:
+            self.on_batch(self, info)
+
+    async def acall(self, value: Any) -> Any:
+        if self._batcher is None:
+            raise NotReady(f"model {self.name!r} is not started")
+        outputs = await self._batcher.submit(self._inputs(value))
+        if self._selected is None:
+            return next(iter(outputs.values())) if len(outputs) == 1 else outputs
+        if len(self._selected) == 1:
+            return outputs[self._selected[0]]
+        return {name: outputs[name] for name in self._selected}
+
+    def _inputs(self, value: Any) -> TensorDict:
+        if isinstance(value, dict):
+            missing = [n for n in self._input_names if n not in value]
+            if missing:
+                raise InvalidInput(f"model node {self.name!r} got no tensor for {missing}",
+                                   expected=f"tensors named {self._input_names}")
+            tensors = {name: np.asarray(value[name]) for name in self._input_names}
+        elif len(self._input_names) == 1:
+            tensors = {self._input_names[0]: np.asarray(value)}
+        else:
+            raise InvalidInput(f"model node {self.name!r} takes several inputs",
+                               expected=f"a dict of tensors named {self._input_names}")
+        for name, array in tensors.items():
+            want = self._casts.get(name)
+            if want is not None and array.dtype != want:
+                if array.dtype.kind not in "biuf":
+                    raise InvalidInput(f"input {name!r} of model {self.name!r} is {array.dtype}", expected=f"{want} numbers")
+                tensors[name] = array = array.astype(want)
+            shape = self._shapes.get(name)
+            if shape is not None and (
+                array.ndim != len(shape) or any(w not in (-1, g) for w, g in zip(shape, array.shape, strict=True))
+            ):
+                raise InvalidInput(f"input {name!r} of model {self.name!r} has shape {list(array.shape)}",
+                                   expected=f"shape {list(shape)} (-1 = any)")
+        return tensors
+
+    async def _run_batch(self, items: list[TensorDict]) -> list[TensorDict]:
+        if len(items) == 1:
+            merged = items[0]
+        else:
+            merged = {name: np.concatenate([item[name] for item in items]) for name in self._input_names}
+        loop = asyncio.get_running_loop()
+        outputs = await loop.run_in_executor(self._executor, self.runtime.predict, merged)
+        if len(items) == 1:
+            return [outputs]
+        counts = [_rows(item) for item in items]
+        total = sum(counts)
+        for name, array in outputs.items():
+            if array.shape[:1] != (total,):
+                raise RuntimeError(f"model {self.name!r} output {name!r} has {array.shape[:1]} rows for {total} inputs")
+        offsets = np.cumsum(counts)[:-1]
+        split = {name: np.split(array, offsets) for name, array in outputs.items()}
+        return [{name: parts[i] for name, parts in split.items()} for i in range(len(items))]
+
+    def describe(self) -> dict[str, Any]:
+        info = {"name": self.name, "kind": "model", "version": self.version, **self.runtime.describe()}
+        info["batching"] = {
+            "max_batch_size": self.policy.max_batch_size,
+            "max_latency_ms": self.policy.max_wait_s * 1000,
+            "max_queue_size": self.policy.max_queue_size,
+            "workers": self.policy.workers,
+        }
+        return info
+
+
+def _rows(item: TensorDict) -> int:
+    first = next(iter(item.values()))
+    return int(first.shape[0]) if first.ndim else 1

@@ -1,0 +1,164 @@
+"""The YAML pipeline format, as pydantic models.
+
+The minimal format (DESIGN.md appendix) is a chain of Python handlers::
+
+    pipeline:
+      name: test_pipeline
+      start_node_name: m1
+      nodes:
+      - name: m1
+        model_load_meta:
+          handler_module: m1.dummy_python_model
+        next: m3
+
+Everything else is optional: model nodes (``model_load_meta.runtime`` + ``artifact``), built-in steps
+(``step``), batching, the input format, labels, a sample input and its golden output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorDecl(_Strict):
+    """A tensor declared in the spec (for runtimes whose artifacts do not record their signature)."""
+
+    name: str
+    dtype: str = "float32"
+    shape: list[int] | None = None
+
+
+class ModelLoadMeta(_Strict):
+    """How to load a node: a Python handler, or a model runtime with its artifact."""
+
+    handler_module: str | None = Field(
+        default=None, description="Python module with the node's handler, relative to the spec dir ('pkg.mod[:attr]')."
+    )
+    runtime: str | None = Field(default=None, description="onnx | torchscript | sklearn | python | 'pkg.mod:Class'.")
+    artifact: str | None = Field(default=None, description="Model file, relative to the spec dir.")
+    version: str = Field(default="1", description="Model version, reported in metadata.")
+    outputs: list[str] | None = Field(
+        default=None, description="Which model outputs the node passes on; one name passes the bare tensor."
+    )
+    intra_op_threads: int = Field(default=1, ge=1, le=256)
+    inter_op_threads: int = Field(default=1, ge=1, le=256)
+    device: str = "cpu"
+    options: dict[str, Any] = Field(default_factory=dict, description="Runtime-specific options.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ModelLoadMeta:
+        if self.runtime is None and self.handler_module is None:
+            raise ValueError("needs either handler_module (a Python handler) or runtime + artifact (a model)")
+        if self.runtime not in (None, "python") and self.artifact is None:
+            raise ValueError(f"runtime {self.runtime!r} needs an artifact path")
+        return self
+
+
+class BatchingSpec(_Strict):
+    """Micro-batching for a model node. Off unless given."""
+
+    max_batch_size: int = Field(default=32, ge=1, le=65536)
+    max_latency_ms: float = Field(default=0.0, ge=0, le=60_000, description="0 = run what is queued when free.")
+    max_queue_size: int = Field(default=1024, ge=1)
+    workers: int = Field(default=1, ge=1, le=64)
+
+
+class NodeSpec(_Strict):
+    """One pipeline node: a handler or model (``model_load_meta``), or a built-in ``step``."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    model_load_meta: ModelLoadMeta | None = None
+    step: str | None = Field(default=None, description="A built-in step, e.g. image.decode, softmax, top_k.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameters of the step or handler.")
+    next: str | None = Field(default=None, description="The node after this one; default: the next node listed.")
+    batching: BatchingSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NodeSpec:
+        if (self.model_load_meta is None) == (self.step is None):
+            raise ValueError("a node needs exactly one of model_load_meta (handler or model) or step (built-in)")
+        if self.batching is not None and (self.model_load_meta is None or self.model_load_meta.runtime is None):
+            raise ValueError("batching applies to model nodes (model_load_meta.runtime) only")
+        return self
+
+    @property
+    def kind(self) -> Literal["model", "handler", "step"]:
+        if self.step is not None:
+            return "step"
+        assert self.model_load_meta is not None  # noqa: S101 - guaranteed by _one_kind
+        return "model" if self.model_load_meta.runtime is not None else "handler"
+
+
+class InputSpec(_Strict):
+    """What ``data`` a request carries.
+
+    ``json``: any JSON value, handed to the first node as is. ``tensor``: numbers, converted to an array of
+    ``dtype`` and checked against ``shape`` (``-1`` = any; a missing leading batch dimension is added).
+    ``image``: a base64 string (or an upload) of an encoded image, handed on as bytes.
+    """
+
+    kind: Literal["json", "tensor", "image"] = "json"
+    dtype: str = "float32"
+    shape: list[int] | None = None
+    max_batch_rows: int = Field(default=64, ge=1, description="Rows one tensor request may carry.")
+
+
+class SampleSpec(_Strict):
+    """A sample request: inline ``data`` (as sent in ``{"data": ...}``) or a ``file`` (raw bytes, for images)."""
+
+    data: Any = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SampleSpec:
+        if (self.data is None) == (self.file is None):
+            raise ValueError("a sample needs exactly one of data or file")
+        return self
+
+
+class GoldenSpec(_Strict):
+    """What the sample must produce: a ``prediction`` (inline or from ``prediction_file``) and/or a ``label``."""
+
+    prediction: Any = None
+    prediction_file: str | None = None
+    label: Any = None
+    atol: float = Field(default=1e-4, ge=0)
+    rtol: float = Field(default=1e-3, ge=0)
+
+
+class PipelineSpec(_Strict):
+    """The ``pipeline:`` section."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    start_node_name: str | None = None
+    nodes: list[NodeSpec] = Field(min_length=1)
+    version: str = "1"
+    description: str = ""
+    input: InputSpec = Field(default_factory=InputSpec)
+    labels: list[str] | str | None = Field(default=None, description="Class names, inline or a file (one per line).")
+    sample: SampleSpec | None = None
+    golden: GoldenSpec | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) else value
+
+
+class SpecFile(_Strict):
+    """The whole YAML document."""
+
+    pipeline: PipelineSpec

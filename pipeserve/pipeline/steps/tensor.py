@@ -1,0 +1,72 @@
+"""Light tensor steps: softmax, top-k, label lookup."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from pipeserve.errors import SpecError
+from pipeserve.pipeline.steps.base import Step, StepParams
+
+
+def _scores(value: Any, node: str) -> np.ndarray[Any, Any]:
+    array = np.asarray(value)
+    if array.dtype.kind not in "fiu" or array.ndim == 0:
+        raise TypeError(f"step {node!r} needs a numeric array of scores, got {array.dtype} with shape {array.shape}")
+    return array
+
+
+class Softmax(Step):
+    """Numerically stable softmax along ``axis`` (default: the last)."""
+
+    class Params(StepParams):
+        axis: int = -1
+
+    is_cpu_heavy: ClassVar[bool] = False
+
+    def __call__(self, value: Any) -> Any:
+        params: Softmax.Params = self.params  # type: ignore[assignment]
+        x = _scores(value, self.context.node).astype(np.float32, copy=False)
+        shifted = np.exp(x - x.max(axis=params.axis, keepdims=True))
+        return shifted / shifted.sum(axis=params.axis, keepdims=True)
+
+
+class TopK(Step):
+    """Scores ``[N, C]`` -> per row, the ``k`` best as ``[{"name": label, "prob": score}]``, best first."""
+
+    class Params(StepParams):
+        k: int = Field(default=5, ge=1)
+
+    is_cpu_heavy: ClassVar[bool] = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.context.labels is None:
+            raise SpecError("step 'top_k' needs pipeline.labels", node=self.context.node, field="step")
+
+    def __call__(self, value: Any, k: int | None = None) -> Any:
+        params: TopK.Params = self.params  # type: ignore[assignment]
+        labels = self.context.labels or ()
+        scores = np.atleast_2d(_scores(value, self.context.node))
+        count = min(k or params.k, scores.shape[-1])
+        best = np.argsort(-scores, axis=-1, kind="stable")[:, :count]
+        return [[{"name": labels[i], "prob": float(row[i])} for i in idx] for row, idx in zip(scores, best, strict=True)]
+
+
+class Label(Step):
+    """Scores ``[N, C]`` -> the label of the best class per row; integer class ids -> their labels."""
+
+    is_cpu_heavy: ClassVar[bool] = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.context.labels is None:
+            raise SpecError("step 'label' needs pipeline.labels", node=self.context.node, field="step")
+
+    def __call__(self, value: Any) -> Any:
+        labels = self.context.labels or ()
+        array = _scores(value, self.context.node)
+        ids = array.reshape(-1) if array.dtype.kind in "iu" else np.atleast_2d(array).argmax(axis=-1)
+        return [labels[int(i)] for i in ids]

@@ -1,0 +1,1 @@
+"""Transports: they translate requests to InferenceService calls and results back, nothing more."""

@@ -1,0 +1,159 @@
+"""The REST app: a lean ASGI front for the hot paths, FastAPI for the rest, one request id and log line each."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from prometheus_client import Counter, Histogram
+
+from pipeserve.config import ServerSettings
+from pipeserve.errors import PipeserveError
+from pipeserve.observability.context import accept_request_id, new_request_id, request_id_var
+from pipeserve.observability.logging import ACCESS_LOGGER
+from pipeserve.observability.metrics import Metrics
+from pipeserve.server.rest.endpoints import ClientDisconnected, PredictEndpoint, StaticEndpoint
+from pipeserve.server.rest.errors import Headers, error_body, map_exception
+from pipeserve.server.rest.routes import build_api
+from pipeserve.service import InferenceService
+
+logger = logging.getLogger("pipeserve.server")
+access_logger = logging.getLogger(ACCESS_LOGGER)
+
+Scope = dict[str, Any]
+Endpoint = PredictEndpoint | StaticEndpoint
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class RestApp:
+    """ASGI app serving one pipeline.
+
+    ``POST /predict``, ``POST /predict/label`` and ``GET /health`` are answered here directly: they are
+    the paths that see load, and FastAPI's routing and validation would cost more than the model for small
+    models. Everything else, including ``/docs`` (which documents the direct paths too), goes to FastAPI.
+    Every request gets an id (``X-Request-ID`` honoured), a response header with it, a metric and one log line.
+    """
+
+    def __init__(self, service: InferenceService, settings: ServerSettings, metrics: Metrics) -> None:
+        self.service = service
+        self.settings = settings
+        self.metrics = metrics
+        self.api: FastAPI = build_api(service, metrics, self._lifespan, root_path=settings.root_path)
+        limit = settings.max_body_bytes
+        self._fast: dict[str, Endpoint] = {
+            "/predict": PredictEndpoint(service.predict, limit),
+            "/predict/label": PredictEndpoint(service.predict_label, limit),
+            "/health": StaticEndpoint({"health": "ok"}),
+        }
+        self._api_paths = {getattr(r, "path", None) for r in self.api.routes}
+        self._access_log = settings.access_log
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    @asynccontextmanager
+    async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        await self.service.start()
+        try:
+            yield
+        finally:
+            await self.service.stop(self.settings.graceful_timeout_s)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.api(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = None
+        for key, value in scope["headers"]:
+            if key == b"x-request-id":
+                request_id = accept_request_id(value.decode("latin-1"))
+                break
+        if request_id is None:
+            request_id = new_request_id()
+        token = request_id_var.set(request_id)
+        method: str = scope["method"]
+        path: str = scope["path"]
+        endpoint = self._fast.get(path)
+        status = 500
+        route = path
+        try:
+            if endpoint is not None and method in endpoint.methods:
+                status = await self._serve_fast(endpoint, scope, receive, send, request_id)
+            elif endpoint is not None and path not in self._api_paths:
+                status = 405
+                allowed = ", ".join(sorted(endpoint.methods))
+                body = error_body(f"method {method} is not allowed on {path}", request_id=request_id, expected=allowed)
+                await _respond(send, 405, body, request_id, [(b"allow", allowed.encode())])
+            else:
+                status, route = await self._serve_api(scope, receive, send, request_id)
+        finally:
+            request_id_var.reset(token)
+            self._record(route, method, status, time.perf_counter() - started, request_id, path)
+
+    async def _serve_fast(self, endpoint: Endpoint, scope: Scope, receive: Any, send: Any, request_id: str) -> int:
+        try:
+            status, body, headers = await endpoint(scope, receive)
+        except ClientDisconnected:
+            return 499
+        except PipeserveError as exc:
+            status, body, headers = map_exception(exc, request_id)
+        except Exception as exc:  # noqa: BLE001 - transport boundary: log it, answer a generic 500
+            status, body, headers = map_exception(exc, request_id)
+        await _respond(send, status, body, request_id, headers)
+        return status
+
+    async def _serve_api(self, scope: Scope, receive: Any, send: Any, request_id: str) -> tuple[int, str]:
+        status = 500
+        header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.api(scope, receive, send_with_id)
+        matched = scope.get("route")
+        return status, getattr(matched, "path", "<unmatched>")
+
+    def _record(self, route: str, method: str, status: int, seconds: float, request_id: str, path: str) -> None:
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            if len(self._children) > 1000:  # bound label cardinality against path scanners
+                key = children_key = ("<other>", method, status)
+                route = "<other>"
+            else:
+                children_key = key
+            children = self._children.get(children_key) or (
+                self.metrics.requests.labels(route=route, method=method, status=str(status)),
+                self.metrics.request_latency.labels(route=route),
+            )
+            self._children[children_key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+        if self._access_log:
+            access_logger.info(
+                "%s %s %d", method, path, status,
+                extra={"request_id": request_id, "method": method, "path": path, "status": status,
+                       "latency_ms": round(seconds * 1000, 3)},
+            )
+
+
+async def _respond(send: Any, status: int, body: bytes, request_id: str, headers: Headers) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", request_id.encode()), *headers],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(service: InferenceService, settings: ServerSettings, metrics: Metrics) -> RestApp:
+    """The REST app serving ``service``. Its models load when the app's lifespan starts, not here."""
+    return RestApp(service, settings, metrics)

@@ -1,0 +1,46 @@
+"""Wire schemas of the REST API (for validation where FastAPI parses, and for the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class PredictRequest(BaseModel):
+    """The body of ``POST /predict`` and ``POST /predict/label``."""
+
+    data: Any = Field(
+        description="One request's input: numbers for tensor pipelines (e.g. [[5.1, 3.5, 1.4, 0.2]]), "
+        "a base64 string for image pipelines, any JSON for handler pipelines.",
+        examples=[[[5.1, 3.5, 1.4, 0.2]]],
+    )
+
+
+class PredictResponse(BaseModel):
+    prediction: Any = Field(description="The pipeline's output; a one-row batch is returned without its batch dimension.")
+
+
+class LabelResponse(BaseModel):
+    prediction: str | list[str] = Field(description="The class name (or one per row).")
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What was wrong.")
+    expected: str | None = Field(default=None, description="What would have been accepted.")
+    request_id: str = Field(description="The request's id, as in the X-Request-ID header and the server log.")
+
+
+class HealthResponse(BaseModel):
+    health: str = "ok"
+
+
+class LiveResponse(BaseModel):
+    live: bool
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    state: str
+    reason: str
+    fingerprint: str | None = None
