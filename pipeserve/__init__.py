@@ -50,4 +50,5 @@ __all__ = [
     "SpecError",
     "TensorSpec",
     "__version__",
+    "load_spec",
 ]

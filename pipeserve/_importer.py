@@ -71,7 +71,7 @@ def import_handler_module(dotted: str, base_dir: Path) -> ModuleType:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - any error in user code becomes an import error naming the file
+    except Exception as exc:
         del sys.modules[module_name]
         raise ImportFromStringError(f"handler module {dotted!r} ({path}) raised {type(exc).__name__}: {exc}") from exc
     return module

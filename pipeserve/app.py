@@ -92,8 +92,14 @@ def _serve_gunicorn(settings: ServerSettings) -> None:
             configure_logging(settings.log_level, settings.log_format)
             return build_rest_app(settings)
 
-    logger.info("Serving %s on http://%s:%d (%d workers, pid %d)", settings.spec_dir, settings.host, settings.port,
-                settings.workers, os.getpid())
+    logger.info(
+        "Serving %s on http://%s:%d (%d workers, pid %d)",
+        settings.spec_dir,
+        settings.host,
+        settings.port,
+        settings.workers,
+        os.getpid(),
+    )
     PipeserveGunicorn().run()
 
 

@@ -38,13 +38,17 @@ class ServerSettings(BaseSettings):
     limit_max_requests: int | None = Field(
         default=None, ge=1, validation_alias=_env("limit_max_requests", "LIMIT_MAX_REQUESTS")
     )
-    max_requests_jitter: int = Field(default=0, ge=0, validation_alias=_env("max_requests_jitter", "MAX_REQUESTS_JITTER"))
-    graceful_timeout_s: float = Field(default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT"))
+    max_requests_jitter: int = Field(
+        default=0, ge=0, validation_alias=_env("max_requests_jitter", "MAX_REQUESTS_JITTER")
+    )
+    graceful_timeout_s: float = Field(
+        default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
+    )
     log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
     log_format: Literal["json", "text"] = Field(default="json", validation_alias=_env("log_format"))
     access_log: bool = Field(default=True, validation_alias=_env("access_log"))
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, validation_alias=_env("max_body_bytes"))
-    warmup_runs: int = Field(default=3, ge=0, le=1000, validation_alias=_env("warmup_runs"))
+    warmup_runs: int = Field(default=5, ge=0, le=1000, validation_alias=_env("warmup_runs"))
     root_path: str = Field(default="", validation_alias=_env("root_path"))
 
     @field_validator("log_level", mode="before")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -66,6 +67,7 @@ class RequestInfo:
     annotations: dict[str, Any] = field(default_factory=dict)
 
 
+@lru_cache(maxsize=256)
 def numpy_dtype(name: str) -> np.dtype[Any]:
     """Map a dtype name as runtimes report it (``float32``, ``FP32``, ``tensor(float)``) to NumPy.
 

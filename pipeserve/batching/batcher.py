@@ -137,7 +137,7 @@ class Batcher(Generic[T, R]):
         return max(1.0, round(self.policy.max_wait_s * 4, 1))
 
     async def _work(self) -> None:
-        assert self._wakeup is not None  # noqa: S101 - start() sets it; not input validation
+        assert self._wakeup is not None
         while True:
             while not self._queue:
                 if self._closing:
@@ -177,7 +177,7 @@ class Batcher(Generic[T, R]):
         return batch
 
     async def _wait_for_more(self, timeout_s: float) -> bool:
-        assert self._wakeup is not None  # noqa: S101 - start() sets it
+        assert self._wakeup is not None
         self._wakeup.clear()
         try:
             await asyncio.wait_for(self._wakeup.wait(), timeout_s)
@@ -191,22 +191,26 @@ class Batcher(Generic[T, R]):
         try:
             results = await self._fn([entry.item for entry in batch])
             if len(results) != len(batch):
-                raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for {len(batch)} items")
+                raise RuntimeError(
+                    f"{self.name}: batch function returned {len(results)} results for {len(batch)} items"
+                )
         except asyncio.CancelledError:
-            for entry in batch:
-                if not entry.future.done():
-                    entry.future.set_exception(NotReady(f"{self.name} stopped while this request ran"))
+            _fail(batch, NotReady(f"{self.name} stopped while this request ran"))
             raise
         except Exception as exc:  # noqa: BLE001 - the error belongs to every caller of this batch
-            for entry in batch:
-                if not entry.future.done():
-                    entry.future.set_exception(exc)
+            _fail(batch, exc)
         else:
             for entry, result in zip(batch, results, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(result)
         finally:
             if self._on_batch is not None:
-                ended = time.monotonic()
                 wait = started - min(entry.enqueued_s for entry in batch)
-                self._on_batch(BatchInfo(self._batch_counter, sum(e.size for e in batch), wait, ended - started))
+                rows = sum(entry.size for entry in batch)
+                self._on_batch(BatchInfo(self._batch_counter, rows, wait, time.monotonic() - started))
+
+
+def _fail(batch: list[_Pending[T, R]], exc: BaseException) -> None:
+    for entry in batch:
+        if not entry.future.done():
+            entry.future.set_exception(exc)

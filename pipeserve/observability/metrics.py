@@ -48,8 +48,12 @@ class Metrics:
             ["pipeline", "node"],
             registry=self.registry,
         )
-        self.ready = Gauge("pipeserve_ready", "1 when the pipeline is loaded, warm and golden-checked.",
-                           ["pipeline"], registry=self.registry)
+        self.ready = Gauge(
+            "pipeserve_ready",
+            "1 when the pipeline is loaded, warm and golden-checked.",
+            ["pipeline"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

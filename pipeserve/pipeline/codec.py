@@ -12,6 +12,7 @@ from pipeserve.errors import InvalidInput
 from pipeserve.pipeline.spec import InputSpec
 from pipeserve.types import numpy_dtype
 
+_NOT_TENSORS = (str, bytes, dict, bool)
 _KIND_NAMES = {"U": "text", "S": "bytes", "O": "null, nested or mixed values", "b": "booleans", "c": "complex numbers"}
 
 
@@ -35,7 +36,7 @@ def decode_data(spec: InputSpec, data: Any) -> Any:
 
 
 def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
-    if isinstance(data, str | bytes | dict | bool):
+    if isinstance(data, _NOT_TENSORS):
         raise InvalidInput(f"'data' is {_describe(data)}", expected=_expected(spec))
     try:
         raw = np.asarray(data)
@@ -46,19 +47,34 @@ def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
         raise InvalidInput(f"'data' holds {found}, not numbers", expected=_expected(spec))
     array = raw.astype(numpy_dtype(spec.dtype), copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
-        raise InvalidInput("'data' contains NaN or infinity (or a number too large for " + spec.dtype + ")",
-                           expected=_expected(spec))
+        raise InvalidInput(
+            "'data' contains NaN or infinity (or a number too large for " + spec.dtype + ")", expected=_expected(spec)
+        )
     if spec.shape is not None:
-        if array.ndim == len(spec.shape) - 1:
-            array = array[None]
-        if array.ndim != len(spec.shape) or any(want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)):
-            raise InvalidInput(f"'data' has shape {list(raw.shape)}", expected=_expected(spec))
+        array = _check_shape(spec, array, raw.shape)
+    return _check_rows(spec, array)
+
+
+def _check_shape(spec: InputSpec, array: np.ndarray[Any, Any], original: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    assert spec.shape is not None  # the caller checks
+    if array.ndim == len(spec.shape) - 1:
+        array = array[None]
+    if array.ndim != len(spec.shape) or any(
+        want not in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)
+    ):
+        raise InvalidInput(f"'data' has shape {list(original)}", expected=_expected(spec))
+    return array
+
+
+def _check_rows(spec: InputSpec, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if array.ndim == 0:
         raise InvalidInput("'data' is a single number", expected=_expected(spec))
     if array.shape[0] == 0:
         raise InvalidInput("'data' has no rows", expected=_expected(spec))
     if array.shape[0] > spec.max_batch_rows:
-        raise InvalidInput(f"'data' has {array.shape[0]} rows", expected=f"at most {spec.max_batch_rows} rows per request")
+        raise InvalidInput(
+            f"'data' has {array.shape[0]} rows", expected=f"at most {spec.max_batch_rows} rows per request"
+        )
     return array
 
 
@@ -73,7 +89,9 @@ def _decode_image(data: Any) -> bytes:
     try:
         decoded = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidInput(f"'data' is not valid base64 ({exc})", expected="a base64-encoded image (e.g. `base64 cat.jpg`)") from exc
+        raise InvalidInput(
+            f"'data' is not valid base64 ({exc})", expected="a base64-encoded image (e.g. `base64 cat.jpg`)"
+        ) from exc
     if not decoded:
         raise InvalidInput("'data' is an empty string", expected="a base64-encoded image")
     return decoded

@@ -78,7 +78,9 @@ class Pipeline:
 
     async def start(self) -> None:
         """Load every node (models and handlers, in worker threads) and start the batchers."""
-        self._executor = ThreadPoolExecutor(max_workers=self._worker_threads, thread_name_prefix=f"pipeline-{self.name}")
+        self._executor = ThreadPoolExecutor(
+            max_workers=self._worker_threads, thread_name_prefix=f"pipeline-{self.name}"
+        )
         loop = asyncio.get_running_loop()
         for node in self._order:
             started = time.perf_counter()
@@ -86,8 +88,10 @@ class Pipeline:
                 await loop.run_in_executor(self._executor, node.load)
             except SpecError as exc:
                 raise SpecError(exc.problem, file=self.loaded.path, node=node.name, field=exc.field) from exc
-            except Exception as exc:  # noqa: BLE001 - user load() code: report which node could not load
-                raise SpecError(f"load failed: {type(exc).__name__}: {exc}", file=self.loaded.path, node=node.name) from exc
+            except Exception as exc:
+                raise SpecError(
+                    f"load failed: {type(exc).__name__}: {exc}", file=self.loaded.path, node=node.name
+                ) from exc
             logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
         for model in self.models:
             await model.start()
@@ -128,7 +132,7 @@ class Pipeline:
             except (InvalidInput, PipeserveError):
                 self._observe(node.name, started, failed=True)
                 raise
-            except Exception as exc:  # noqa: BLE001 - user code: any error fails the request, naming the node
+            except Exception as exc:
                 self._observe(node.name, started, failed=True)
                 raise NodeFailed(node.name, exc) from exc
             self._observe(node.name, started, failed=False)
@@ -141,7 +145,7 @@ class Pipeline:
         except (InvalidInput, PipeserveError):
             self._observe(node.name, started, failed=True)
             raise
-        except Exception as exc:  # noqa: BLE001 - engine or user code: fail the request, naming the node
+        except Exception as exc:
             self._observe(node.name, started, failed=True)
             raise NodeFailed(node.name, exc) from exc
         self._observe(node.name, started, failed=False)
@@ -180,9 +184,9 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
         context = StepContext(node=spec.name, base_dir=loaded.base_dir, labels=labels)
         return StepNode(spec.name, spec.step, create_step(spec.step, spec.params, context, file=file))
     meta = spec.model_load_meta
-    assert meta is not None  # noqa: S101 - NodeSpec guarantees step or model_load_meta
+    assert meta is not None
     if meta.runtime is None:
-        assert meta.handler_module is not None  # noqa: S101 - ModelLoadMeta guarantees one of them
+        assert meta.handler_module is not None
         factory = resolve_handler(meta.handler_module, loaded.base_dir, file=file, node=spec.name)
         context_h = HandlerContext(node=spec.name, base_dir=loaded.base_dir, params=dict(spec.params), labels=labels)
         return HandlerNode(spec.name, meta.handler_module, factory, context_h)
@@ -212,5 +216,12 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
         if batching is not None
         else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=1)
     )
-    return ModelNode(spec.name, runtime_cls(options), policy, version=meta.version, outputs=meta.outputs,
-                     pipeline=loaded.spec.name)
+    return ModelNode(
+        spec.name,
+        runtime_cls(options),
+        policy,
+        version=meta.version,
+        outputs=meta.outputs,
+        pipeline=loaded.spec.name,
+        execution=meta.execution,
+    )

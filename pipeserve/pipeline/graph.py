@@ -40,7 +40,9 @@ def plan_chain(nodes: Sequence[NodeSpec], start: str | None, *, file: str | None
     index: dict[str, int] = {}
     for i, node in enumerate(nodes):
         if node.name in index:
-            raise SpecError(f"duplicate node name (also node #{index[node.name] + 1})", file=file, node=node.name, field="name")
+            raise SpecError(
+                f"duplicate node name (also node #{index[node.name] + 1})", file=file, node=node.name, field="name"
+            )
         index[node.name] = i
     known = ", ".join(index)
     for node in nodes:
@@ -53,7 +55,7 @@ def plan_chain(nodes: Sequence[NodeSpec], start: str | None, *, file: str | None
     current: str | None = first
     while current is not None:
         if current in order:
-            cycle = " -> ".join([*order[order.index(current):], current])
+            cycle = " -> ".join([*order[order.index(current) :], current])
             raise SpecError(f"cycle: {cycle}", file=file, node=order[-1], field="next")
         order.append(current)
         current = successor(nodes, index[current])

@@ -36,7 +36,7 @@ class Handler:
         'CAT'
     """
 
-    def load(self, context: HandlerContext) -> None:  # noqa: B027 - optional hook
+    def load(self, context: HandlerContext) -> None:
         """Called once, off the event loop, before the first request."""
 
     def predict(self, data: Any) -> Any:
@@ -60,17 +60,23 @@ def resolve_handler(target: str, base_dir: Path, *, file: str | None, node: str)
     try:
         module = import_handler_module(module_name, base_dir)
     except ImportFromStringError as exc:
-        raise SpecError(f"unimportable handler: {exc}", file=file, node=node, field="model_load_meta.handler_module") from exc
+        raise SpecError(
+            f"unimportable handler: {exc}", file=file, node=node, field="model_load_meta.handler_module"
+        ) from exc
     where = getattr(module, "__file__", module_name)
     if attr:
         if not hasattr(module, attr):
-            raise SpecError(f"{where} has no attribute {attr!r}", file=file, node=node, field="model_load_meta.handler_module")
+            raise SpecError(
+                f"{where} has no attribute {attr!r}", file=file, node=node, field="model_load_meta.handler_module"
+            )
         return _factory(getattr(module, attr), file=file, node=node)
     if hasattr(module, "handler"):
         return _factory(module.handler, file=file, node=node)
     classes = [
-        obj for obj in vars(module).values()
-        if inspect.isclass(obj) and obj.__module__ == module.__name__
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and obj.__module__ == module.__name__
         and (issubclass(obj, Handler) or callable(getattr(obj, "predict", None)))
     ]
     if len(classes) == 1:
@@ -79,29 +85,41 @@ def resolve_handler(target: str, base_dir: Path, *, file: str | None, node: str)
         names = ", ".join(c.__name__ for c in classes)
         raise SpecError(
             f"{where} defines several handler classes ({names}); name one as '{module_name}:ClassName'",
-            file=file, node=node, field="model_load_meta.handler_module",
+            file=file,
+            node=node,
+            field="model_load_meta.handler_module",
         )
     if callable(getattr(module, "predict", None)):
         return _factory(module.predict, file=file, node=node)
     raise SpecError(
         f"{where} defines no handler: expected a pipeserve.Handler subclass, a class with predict(data), "
         "a `handler` object or a predict(data) function",
-        file=file, node=node, field="model_load_meta.handler_module",
+        file=file,
+        node=node,
+        field="model_load_meta.handler_module",
     )
 
 
 def _factory(obj: Any, *, file: str | None, node: str) -> HandlerFactory:
     if inspect.isclass(obj):
         if not callable(getattr(obj, "predict", None)):
-            raise SpecError(f"class {obj.__name__} has no predict(data) method", file=file, node=node,
-                            field="model_load_meta.handler_module")
-        return obj  # type: ignore[no-any-return]
+            raise SpecError(
+                f"class {obj.__name__} has no predict(data) method",
+                file=file,
+                node=node,
+                field="model_load_meta.handler_module",
+            )
+        return obj
     if callable(getattr(obj, "predict", None)):
         return lambda: obj
     if callable(obj):
         return lambda: _FunctionHandler(obj)
-    raise SpecError(f"{obj!r} is neither a class, an object with predict(), nor a function", file=file, node=node,
-                    field="model_load_meta.handler_module")
+    raise SpecError(
+        f"{obj!r} is neither a class, an object with predict(), nor a function",
+        file=file,
+        node=node,
+        field="model_load_meta.handler_module",
+    )
 
 
 class _FunctionHandler:

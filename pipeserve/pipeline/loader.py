@@ -122,16 +122,26 @@ def _check_files(loaded: LoadedSpec) -> None:
         if meta is not None and meta.artifact is not None and not loaded.resolve(meta.artifact).exists():
             raise SpecError(
                 f"missing artifact {loaded.resolve(meta.artifact)} (build it first, e.g. `make examples`)",
-                file=loaded.path, node=node.name, field="model_load_meta.artifact",
+                file=loaded.path,
+                node=node.name,
+                field="model_load_meta.artifact",
             )
     if isinstance(spec.labels, str) and not loaded.resolve(spec.labels).is_file():
         raise SpecError(f"missing labels file {loaded.resolve(spec.labels)}", file=loaded.path, field="labels")
     if spec.sample is not None and spec.sample.file is not None and not loaded.resolve(spec.sample.file).is_file():
-        raise SpecError(f"missing sample file {loaded.resolve(spec.sample.file)}", file=loaded.path, field="sample.file")
-    golden = spec.golden
-    if golden is not None and golden.prediction_file is not None and not loaded.resolve(golden.prediction_file).is_file():
         raise SpecError(
-            f"missing golden file {loaded.resolve(golden.prediction_file)}", file=loaded.path, field="golden.prediction_file"
+            f"missing sample file {loaded.resolve(spec.sample.file)}", file=loaded.path, field="sample.file"
+        )
+    golden = spec.golden
+    if (
+        golden is not None
+        and golden.prediction_file is not None
+        and not loaded.resolve(golden.prediction_file).is_file()
+    ):
+        raise SpecError(
+            f"missing golden file {loaded.resolve(golden.prediction_file)}",
+            file=loaded.path,
+            field="golden.prediction_file",
         )
 
 

@@ -44,9 +44,11 @@ def release_files(loaded: LoadedSpec) -> set[Path]:
         if module:
             base = loaded.base_dir.joinpath(*module.split("."))
             files.update(p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file())
-    for name in (spec.labels if isinstance(spec.labels, str) else None,
-                 spec.sample.file if spec.sample else None,
-                 spec.golden.prediction_file if spec.golden else None):
+    for name in (
+        spec.labels if isinstance(spec.labels, str) else None,
+        spec.sample.file if spec.sample else None,
+        spec.golden.prediction_file if spec.golden else None,
+    ):
         if name:
             files.add(loaded.resolve(name))
     return files

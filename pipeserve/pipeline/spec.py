@@ -51,6 +51,11 @@ class ModelLoadMeta(_Strict):
     intra_op_threads: int = Field(default=1, ge=1, le=256)
     inter_op_threads: int = Field(default=1, ge=1, le=256)
     device: str = "cpu"
+    execution: Literal["auto", "thread", "inline"] = Field(
+        default="auto",
+        description="Where the engine runs: a worker thread, or the event loop for models faster than a thread "
+        "hop (auto: decided from the warm-up runs).",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="Runtime-specific options.")
 
     @field_validator("version", mode="before")
@@ -98,7 +103,7 @@ class NodeSpec(_Strict):
     def kind(self) -> Literal["model", "handler", "step"]:
         if self.step is not None:
             return "step"
-        assert self.model_load_meta is not None  # noqa: S101 - guaranteed by _one_kind
+        assert self.model_load_meta is not None
         return "model" if self.model_load_meta.runtime is not None else "handler"
 
 

@@ -52,7 +52,7 @@ class OnnxRuntime(Runtime):
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]  # type: ignore[list-item]
         try:
             session = ort.InferenceSession(str(path), opts, providers=providers)
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        except Exception as exc:
             raise SpecError(f"onnxruntime cannot load {path}: {exc}", field="artifact") from exc
         self._session = session
         self._output_names = [o.name for o in session.get_outputs()]

@@ -40,7 +40,7 @@ class PythonRuntime(Runtime):
             raise SpecError(f"cannot import model class {target!r}: {exc}", field="options") from exc
         if not inspect.isclass(cls) or not callable(getattr(cls, "predict", None)):
             raise SpecError(f"{target!r} must be a class with a predict(inputs) method", field="options")
-        model = cls()
+        model: Any = cls()
         if callable(getattr(model, "load", None)):
             model.load(self.options.artifact)
         self._model = model
@@ -48,15 +48,25 @@ class PythonRuntime(Runtime):
         if isinstance(declared, Signature):
             self._signature = declared
         else:
-            ins = [TensorSpec(str(d["name"]), str(d.get("dtype", "float32")), None) for d in self.options.extra.get("inputs", [])]
-            outs = [TensorSpec(str(d["name"]), str(d.get("dtype", "float32")), None) for d in self.options.extra.get("outputs", [])]
-            self._signature = Signature(inputs=tuple(ins or [TensorSpec("input", "float32")]),
-                                        outputs=tuple(outs or [TensorSpec("output", "float32")]))
+            ins = [
+                TensorSpec(str(d["name"]), str(d.get("dtype", "float32")), None)
+                for d in self.options.extra.get("inputs", [])
+            ]
+            outs = [
+                TensorSpec(str(d["name"]), str(d.get("dtype", "float32")), None)
+                for d in self.options.extra.get("outputs", [])
+            ]
+            self._signature = Signature(
+                inputs=tuple(ins or [TensorSpec("input", "float32")]),
+                outputs=tuple(outs or [TensorSpec("output", "float32")]),
+            )
 
     def predict(self, inputs: TensorDict) -> TensorDict:
         result = self._model.predict(inputs)
         if not isinstance(result, dict):
-            raise TypeError(f"{type(self._model).__name__}.predict must return dict[str, ndarray], got {type(result).__name__}")
+            raise TypeError(
+                f"{type(self._model).__name__}.predict must return dict[str, ndarray], got {type(result).__name__}"
+            )
         return result
 
     def unload(self) -> None:

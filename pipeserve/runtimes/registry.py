@@ -18,7 +18,9 @@ def runtime_class(name: str) -> type[Runtime]:
     """The class registered for ``name``; a custom runtime may be named by import string ``pkg.mod:Class``."""
     target = RUNTIMES.get(name, name if ":" in name else None)
     if target is None:
-        raise SpecError(f"unknown runtime {name!r}; expected one of {', '.join(sorted(RUNTIMES))} or 'package.module:Class'")
+        raise SpecError(
+            f"unknown runtime {name!r}; expected one of {', '.join(sorted(RUNTIMES))} or 'package.module:Class'"
+        )
     try:
         cls = import_from_string(target)
     except ImportFromStringError as exc:

@@ -37,8 +37,10 @@ class SklearnRuntime(Runtime):
             raise SpecError("runtime 'sklearn' needs an artifact path", field="artifact")
         try:
             model = joblib.load(path)
-        except Exception as exc:  # noqa: BLE001 - unpickling can raise anything
-            raise SpecError(f"cannot load scikit-learn model {path}: {type(exc).__name__}: {exc}", field="artifact") from exc
+        except Exception as exc:
+            raise SpecError(
+                f"cannot load scikit-learn model {path}: {type(exc).__name__}: {exc}", field="artifact"
+            ) from exc
         if not hasattr(model, "predict"):
             raise SpecError(f"{path} holds a {type(model).__name__}, which has no predict()", field="artifact")
         self._model = model

@@ -43,8 +43,8 @@ class TorchScriptRuntime(Runtime):
             raise SpecError(f"device {self.options.device!r} requested but CUDA is not available", field="devices")
         device = torch.device(self.options.device)
         try:
-            module = torch.jit.load(str(path), map_location=device)
-        except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError and friends
+            module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
+        except Exception as exc:
             raise SpecError(f"torch.jit.load cannot load {path}: {exc}", field="artifact") from exc
         module.eval()
         self._torch, self._device, self._module = torch, device, module

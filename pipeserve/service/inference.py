@@ -45,7 +45,7 @@ class InferenceService:
         loaded: LoadedSpec,
         *,
         metrics: Metrics | None = None,
-        warmup_runs: int = 3,
+        warmup_runs: int = 5,
         worker_threads: int | None = None,
     ) -> None:
         self.loaded = loaded
@@ -88,8 +88,13 @@ class InferenceService:
             logger.error("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
             return
         self._set_state(ServiceState.READY, "ready")
-        logger.info("Pipeline %s ready in %.2fs (fingerprint %s; golden: %s)", self.spec.name,
-                    time.perf_counter() - started, self.fingerprint, self.golden_summary)
+        logger.info(
+            "Pipeline %s ready in %.2fs (fingerprint %s; golden: %s)",
+            self.spec.name,
+            time.perf_counter() - started,
+            self.fingerprint,
+            self.golden_summary,
+        )
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop answering, finish queued work within ``grace_s``, release models."""
@@ -107,6 +112,8 @@ class InferenceService:
             return
         for _ in range(self._warmup_runs):
             await self._run(self._sample)
+        for model in self.pipeline.models:
+            model.settle_execution()
         value = await self._run(self._sample)
         prediction = self._encode(value)
         label = self._label_of(value) if self._label_text is not None or _is_text(value) else None
@@ -146,8 +153,9 @@ class InferenceService:
 
     def _label_of(self, value: Any) -> Any:
         if isinstance(value, dict):
-            raise InvalidInput("this pipeline's output has several parts, so it has no single label",
-                               expected="POST /predict")
+            raise InvalidInput(
+                "this pipeline's output has several parts, so it has no single label", expected="POST /predict"
+            )
         if _is_text(value):
             return squeeze_single(list(value)) if self._batched else value
         if self._label_text is None:
@@ -158,8 +166,10 @@ class InferenceService:
         elif array.dtype.kind == "f" and array.ndim >= 1:
             ids = np.atleast_2d(array).argmax(axis=-1)
         else:
-            raise InvalidInput(f"the pipeline output ({array.dtype}, shape {array.shape}) is not class scores",
-                               expected="POST /predict")
+            raise InvalidInput(
+                f"the pipeline output ({array.dtype}, shape {array.shape}) is not class scores",
+                expected="POST /predict",
+            )
         labels = [self._label_text[int(i)] for i in ids]
         return labels[0] if self._batched and len(labels) == 1 else labels
 

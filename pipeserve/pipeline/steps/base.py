@@ -59,7 +59,9 @@ def create_step(name: str, params: dict[str, Any], context: StepContext, *, file
     """Build the built-in step ``name`` (or a ``pkg.mod:Class`` Step subclass) with validated ``params``."""
     target = STEPS.get(name, name if ":" in name else None)
     if target is None:
-        raise SpecError(f"unknown step {name!r}; built-in steps: {', '.join(STEPS)}", file=file, node=context.node, field="step")
+        raise SpecError(
+            f"unknown step {name!r}; built-in steps: {', '.join(STEPS)}", file=file, node=context.node, field="step"
+        )
     cls = import_from_string(target)
     if not (isinstance(cls, type) and issubclass(cls, Step)):
         raise SpecError(f"{target!r} is not a pipeserve Step", file=file, node=context.node, field="step")
@@ -69,7 +71,9 @@ def create_step(name: str, params: dict[str, Any], context: StepContext, *, file
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise SpecError(
-            f"{err['msg'].removeprefix('Value error, ')} (step {name!r})", file=file, node=context.node,
+            f"{err['msg'].removeprefix('Value error, ')} (step {name!r})",
+            file=file,
+            node=context.node,
             field=f"params.{where}" if where else "params",
         ) from exc
     try:

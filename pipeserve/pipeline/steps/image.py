@@ -82,7 +82,7 @@ class Resize(Step):
         if params.size is not None:
             target = params.size
         else:
-            assert params.short_side is not None  # noqa: S101 - checked in __init__
+            assert params.short_side is not None
             scale = params.short_side / min(width, height)
             target = (max(1, round(width * scale)), max(1, round(height * scale)))
         return value.resize(target, resample)

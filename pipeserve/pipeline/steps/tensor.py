@@ -52,7 +52,9 @@ class TopK(Step):
         scores = np.atleast_2d(_scores(value, self.context.node))
         count = min(k or params.k, scores.shape[-1])
         best = np.argsort(-scores, axis=-1, kind="stable")[:, :count]
-        return [[{"name": labels[i], "prob": float(row[i])} for i in idx] for row, idx in zip(scores, best, strict=True)]
+        return [
+            [{"name": labels[i], "prob": float(row[i])} for i in idx] for row, idx in zip(scores, best, strict=True)
+        ]
 
 
 class Label(Step):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,8 +13,8 @@ from prometheus_client import Counter, Histogram
 
 from pipeserve.config import ServerSettings
 from pipeserve.errors import PipeserveError
+from pipeserve.observability.access import AccessLog
 from pipeserve.observability.context import accept_request_id, new_request_id, request_id_var
-from pipeserve.observability.logging import ACCESS_LOGGER
 from pipeserve.observability.metrics import Metrics
 from pipeserve.server.rest.endpoints import ClientDisconnected, PredictEndpoint, StaticEndpoint
 from pipeserve.server.rest.errors import Headers, error_body, map_exception
@@ -22,9 +22,8 @@ from pipeserve.server.rest.routes import build_api
 from pipeserve.service import InferenceService
 
 logger = logging.getLogger("pipeserve.server")
-access_logger = logging.getLogger(ACCESS_LOGGER)
 
-Scope = dict[str, Any]
+Scope = MutableMapping[str, Any]
 Endpoint = PredictEndpoint | StaticEndpoint
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -50,16 +49,21 @@ class RestApp:
             "/health": StaticEndpoint({"health": "ok"}),
         }
         self._api_paths = {getattr(r, "path", None) for r in self.api.routes}
-        self._access_log = settings.access_log
+        quiet = settings.log_level in ("warning", "error", "critical")
+        self.access_log = AccessLog(fmt=settings.log_format) if settings.access_log and not quiet else None
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     @asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        await self.service.start()
+        if self.access_log is not None:
+            await self.access_log.start()
         try:
+            await self.service.start()
             yield
         finally:
             await self.service.stop(self.settings.graceful_timeout_s)
+            if self.access_log is not None:
+                await self.access_log.stop()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -109,7 +113,7 @@ class RestApp:
         status = 500
         header = (b"x-request-id", request_id.encode())
 
-        async def send_with_id(message: dict[str, Any]) -> None:
+        async def send_with_id(message: MutableMapping[str, Any]) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -136,21 +140,23 @@ class RestApp:
             self._children[children_key] = children
         children[0].inc()
         children[1].observe(seconds)
-        if self._access_log:
-            access_logger.info(
-                "%s %s %d", method, path, status,
-                extra={"request_id": request_id, "method": method, "path": path, "status": status,
-                       "latency_ms": round(seconds * 1000, 3)},
-            )
+        if self.access_log is not None:
+            self.access_log.write(method, path, status, seconds, request_id)
 
 
 async def _respond(send: Any, status: int, body: bytes, request_id: str, headers: Headers) -> None:
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode()),
-                    (b"x-request-id", request_id.encode()), *headers],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                *_JSON_HEADERS,
+                (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", request_id.encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 import base64
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ class ClientDisconnected(Exception):
     """The client went away before sending its whole body."""
 
 
-async def read_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
+async def read_body(scope: MutableMapping[str, Any], receive: Receive, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes (by Content-Length up front, else as it arrives)."""
     for key, value in scope["headers"]:
         if key == b"content-length":
@@ -94,7 +94,7 @@ class PredictEndpoint:
         self._predict = predict
         self._limit = max_body_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, Headers]:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive) -> tuple[int, bytes, Headers]:
         body = await read_body(scope, receive, self._limit)
         result = await self._predict(parse_data(body))
         return 200, dump_json({"prediction": result}), []
@@ -108,5 +108,5 @@ class StaticEndpoint:
     def __init__(self, body: Any) -> None:
         self._body = dump_json(body)
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive) -> tuple[int, bytes, Headers]:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive) -> tuple[int, bytes, Headers]:
         return 200, self._body, []

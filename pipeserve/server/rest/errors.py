@@ -66,5 +66,10 @@ def map_exception(exc: BaseException, request_id: str) -> tuple[int, bytes, Head
         message = f"internal error in pipeline node {exc.node!r}; the server log has the details under this request id"
         return 500, error_body(message, request_id=request_id, node=exc.node), headers
     logger.error("Unhandled error", exc_info=exc, extra={"request_id": request_id})
-    return 500, error_body("internal server error; the server log has the details under this request id",
-                           request_id=request_id), headers
+    return (
+        500,
+        error_body(
+            "internal server error; the server log has the details under this request id", request_id=request_id
+        ),
+        headers,
+    )

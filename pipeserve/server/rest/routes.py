@@ -60,14 +60,20 @@ def build_api(service: InferenceService, metrics: Metrics, lifespan: Lifespan, *
         """Liveness: 200 while the process can answer at all."""
         return {"live": True}
 
-    @app.get("/health/ready", response_model=ReadyResponse, tags=["health"],
-             responses={503: {"model": ReadyResponse}})
+    @app.get("/health/ready", response_model=ReadyResponse, tags=["health"], responses={503: {"model": ReadyResponse}})
     async def ready() -> Any:
         """Readiness: 200 only after the models loaded, warmed up and passed the golden check."""
-        body = {"ready": service.is_ready, "state": service.state.value, "reason": service.reason,
-                "fingerprint": service.fingerprint}
-        return JSONResponse(body, status_code=200 if service.is_ready else 503,
-                            headers=None if service.is_ready else {"Retry-After": "5"})
+        body = {
+            "ready": service.is_ready,
+            "state": service.state.value,
+            "reason": service.reason,
+            "fingerprint": service.fingerprint,
+        }
+        return JSONResponse(
+            body,
+            status_code=200 if service.is_ready else 503,
+            headers=None if service.is_ready else {"Retry-After": "5"},
+        )
 
     @app.get("/metadata", tags=["model"])
     async def metadata() -> Any:
@@ -103,19 +109,29 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PipeserveError)
     async def domain_error(request: Request, exc: PipeserveError) -> Response:
         status, body, headers = map_exception(exc, request_id_var.get() or "")
-        return Response(body, status_code=status, media_type="application/json",
-                        headers={k.decode(): v.decode() for k, v in headers})
+        return Response(
+            body,
+            status_code=status,
+            media_type="application/json",
+            headers={k.decode(): v.decode() for k, v in headers},
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         rid = request_id_var.get() or ""
         if exc.status_code == 404:
-            body = error_body(f"no route {request.method} {request.url.path}", request_id=rid,
-                              expected="a path listed in the OpenAPI document at /docs")
+            body = error_body(
+                f"no route {request.method} {request.url.path}",
+                request_id=rid,
+                expected="a path listed in the OpenAPI document at /docs",
+            )
         elif exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
-            body = error_body(f"method {request.method} is not allowed on {request.url.path}", request_id=rid,
-                              expected=allowed or None)
+            body = error_body(
+                f"method {request.method} is not allowed on {request.url.path}",
+                request_id=rid,
+                expected=allowed or None,
+            )
         else:
             body = error_body(str(exc.detail), request_id=rid)
         return Response(body, status_code=exc.status_code, media_type="application/json", headers=exc.headers)
@@ -143,8 +159,10 @@ def _document_fast_routes(app: FastAPI) -> None:
             return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
 
         errors = {
-            "400": {"description": "The input is malformed; the body says what was wrong and what is expected.",
-                    **ref(ErrorResponse)},
+            "400": {
+                "description": "The input is malformed; the body says what was wrong and what is expected.",
+                **ref(ErrorResponse),
+            },
             "413": {"description": "The body is over the size limit.", **ref(ErrorResponse)},
             "503": {"description": "Not ready, or overloaded (see Retry-After).", **ref(ErrorResponse)},
         }
@@ -152,14 +170,16 @@ def _document_fast_routes(app: FastAPI) -> None:
             ("/predict", "Predict: the pipeline's output for `data`", PredictResponse),
             ("/predict/label", "Predict the class name for `data`", LabelResponse),
         ):
-            schema["paths"][path] = {"post": {
-                "tags": ["predict"], "summary": summary, "operationId": path.strip("/").replace("/", "_"),
-                "requestBody": {"required": True, **ref(PredictRequest)},
-                "responses": {"200": {"description": "Prediction", **ref(response)}, **errors},
-            }}
+            schema["paths"][path] = {
+                "post": {
+                    "tags": ["predict"],
+                    "summary": summary,
+                    "operationId": path.strip("/").replace("/", "_"),
+                    "requestBody": {"required": True, **ref(PredictRequest)},
+                    "responses": {"200": {"description": "Prediction", **ref(response)}, **errors},
+                }
+            }
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-

@@ -18,7 +18,9 @@ class PredictRequest(BaseModel):
 
 
 class PredictResponse(BaseModel):
-    prediction: Any = Field(description="The pipeline's output; a one-row batch is returned without its batch dimension.")
+    prediction: Any = Field(
+        description="The pipeline's output; a one-row batch is returned without its batch dimension."
+    )
 
 
 class LabelResponse(BaseModel):

@@ -8,7 +8,7 @@ Writes, next to this file:
                                    and the PyTorch model, so the golden check proves the served pipeline
                                    (built-in steps + ONNX Runtime) matches the reference.
 
-    python examples/imagenet/build.py
+    python examples/imagenet/build_imagenet.py
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def cat_jpeg() -> bytes:
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.fromarray(skimage.data.chelsea()).convert("RGB").save(buffer, format="JPEG", quality=95)
+    photo = skimage.data.chelsea()  # type: ignore[no-untyped-call]
+    Image.fromarray(photo).convert("RGB").save(buffer, format="JPEG", quality=95)
     return buffer.getvalue()
 
 
@@ -78,8 +79,13 @@ def export_onnx(network: Any, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            network, torch.zeros(1, 3, 224, 224), str(path), dynamo=False, opset_version=17,
-            input_names=["input"], output_names=["logits"],
+            network,
+            (torch.zeros(1, 3, 224, 224),),
+            str(path),
+            dynamo=False,
+            opset_version=17,
+            input_names=["input"],
+            output_names=["logits"],
             dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
         )
 

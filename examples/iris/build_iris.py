@@ -3,7 +3,7 @@
 Writes models/iris.onnx and golden.json (scikit-learn's own probabilities for the sample, so the golden
 check proves the ONNX conversion and the serving path agree with the reference model).
 
-    python examples/iris/build.py
+    python examples/iris/build_iris.py
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Pipeline specs, their graphs, built-in steps and the executor."""

@@ -1,0 +1,72 @@
+"""Fake runtimes for tests that are about pipeserve, not about an ML engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeserve.runtimes.base import Runtime
+from pipeserve.types import Signature, TensorDict, TensorSpec
+
+
+class _Fake(Runtime):
+    name: ClassVar[str] = "fake"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches: list[int] = []
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        self._signature = Signature(
+            inputs=(TensorSpec("input", "float32", (-1, -1)),), outputs=(TensorSpec("output", "float32", (-1, -1)),)
+        )
+
+    def _record(self, inputs: TensorDict) -> None:
+        with self._lock:
+            self.batches.append(int(inputs["input"].shape[0]))
+
+
+class EchoRuntime(_Fake):
+    """Returns its input."""
+
+    def predict(self, inputs: TensorDict) -> TensorDict:
+        self._record(inputs)
+        return {"output": inputs["input"].copy()}
+
+
+class SumRuntime(_Fake):
+    """Returns the sum of each row, as a column."""
+
+    def load(self) -> None:
+        super().load()
+        self._signature = Signature(
+            inputs=(TensorSpec("input", "float32", (-1, -1)),), outputs=(TensorSpec("output", "float32", (-1, 1)),)
+        )
+
+    def predict(self, inputs: TensorDict) -> TensorDict:
+        self._record(inputs)
+        return {"output": inputs["input"].sum(axis=1, keepdims=True)}
+
+
+class FailingRuntime(_Fake):
+    """Raises on every batch (after load), or on rows holding ``options.extra['poison']``."""
+
+    def predict(self, inputs: TensorDict) -> TensorDict:
+        self._record(inputs)
+        poison = self.options.extra.get("poison")
+        if poison is None or (inputs["input"] == poison).any():
+            raise ValueError("boom: the engine failed")
+        return {"output": inputs["input"].copy()}
+
+
+class SlowRuntime(_Fake):
+    """Echo after sleeping ``options.extra['delay_s']`` (default 50 ms) per batch."""
+
+    def predict(self, inputs: TensorDict) -> TensorDict:
+        self._record(inputs)
+        time.sleep(float(self.options.extra.get("delay_s", 0.05)))
+        return {"output": np.array(inputs["input"], copy=True)}
