@@ -78,7 +78,7 @@ def _serve_gunicorn(settings: ServerSettings) -> None:
                 "backlog": settings.backlog,
                 "max_requests": settings.limit_max_requests or 0,
                 "max_requests_jitter": settings.max_requests_jitter,
-                "graceful_timeout": settings.graceful_timeout_s,
+                "graceful_timeout": int(settings.graceful_timeout_s),
                 "timeout": 120,
                 "loglevel": "debug" if settings.log_level == "trace" else settings.log_level,
                 "accesslog": None,

@@ -13,7 +13,7 @@ from pipeserve.observability.context import request_id_var
 
 ACCESS_LOGGER = "pipeserve.access"
 _STANDARD_ATTRS = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime", "taskName"}
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime", "taskName", "color_message"}
 )
 
 

@@ -45,7 +45,8 @@ def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
     if raw.dtype.kind not in "iuf":
         found = _KIND_NAMES.get(raw.dtype.kind, str(raw.dtype))
         raise InvalidInput(f"'data' holds {found}, not numbers", expected=_expected(spec))
-    array = raw.astype(numpy_dtype(spec.dtype), copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow becomes inf, refused just below
+        array = raw.astype(numpy_dtype(spec.dtype), copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise InvalidInput(
             "'data' contains NaN or infinity (or a number too large for " + spec.dtype + ")", expected=_expected(spec)

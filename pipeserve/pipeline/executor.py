@@ -69,7 +69,9 @@ class Pipeline:
         """
         file = str(loaded.path)
         reachable = set(loaded.plan.order)
-        nodes = [_compile_node(loaded, spec, file) for spec in loaded.spec.nodes if spec.name in reachable]
+        # Every node is compiled, so that a typo in an unreachable node is still an error; only reachable ones run.
+        compiled = [_compile_node(loaded, spec, file) for spec in loaded.spec.nodes]
+        nodes = [node for node in compiled if node.name in reachable]
         return cls(loaded, nodes, worker_threads=worker_threads)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -43,7 +44,13 @@ class TorchScriptRuntime(Runtime):
             raise SpecError(f"device {self.options.device!r} requested but CUDA is not available", field="devices")
         device = torch.device(self.options.device)
         try:
-            module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
+            with warnings.catch_warnings():
+                # torch 2.13 deprecates TorchScript in favour of torch.export; loading still works and is what
+                # this runtime is for. The warning would repeat in every worker for every model.
+                warnings.filterwarnings(
+                    "ignore", message=r".*torch\.jit\..* is deprecated", category=DeprecationWarning
+                )
+                module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise SpecError(f"torch.jit.load cannot load {path}: {exc}", field="artifact") from exc
         module.eval()

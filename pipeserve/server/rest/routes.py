@@ -78,7 +78,7 @@ def build_api(service: InferenceService, metrics: Metrics, lifespan: Lifespan, *
     @app.get("/metadata", tags=["model"])
     async def metadata() -> Any:
         """Input and output types, structures and samples, the nodes and the release fingerprint."""
-        return service.metadata()
+        return JSONResponse(service.metadata())
 
     @app.get("/label", tags=["model"])
     async def label() -> Any:
@@ -88,12 +88,12 @@ def build_api(service: InferenceService, metrics: Metrics, lifespan: Lifespan, *
     @app.get("/predict/test", response_model=PredictResponse, tags=["predict"])
     async def predict_test() -> Any:
         """Predict on the pipeline's sample input."""
-        return {"prediction": await service.predict(service.sample)}
+        return JSONResponse({"prediction": await service.predict(service.sample)})
 
     @app.get("/predict/test/label", response_model=LabelResponse, tags=["predict"])
     async def predict_test_label() -> Any:
         """The label of the pipeline's sample input."""
-        return {"prediction": await service.predict_label(service.sample)}
+        return JSONResponse({"prediction": await service.predict_label(service.sample)})
 
     @app.get("/metrics", tags=["health"], response_class=Response)
     async def prometheus_metrics() -> Response:

@@ -1,0 +1,68 @@
+# pipeserve: `make serve` sets everything up and serves the imagenet example; `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+INSTALLED := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+IRIS := examples/iris/models/iris.onnx
+IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
+
+.PHONY: all install examples serve serve-iris test test-fast lint typecheck bench clean
+
+all: install examples
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch==2.13.0 first: a CPU build from this machine's disk; any other spec pulls a multi-GB CUDA build.
+$(INSTALLED): pyproject.toml | $(PY)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[all,examples,dev]'
+	touch $@
+
+install: $(INSTALLED)
+
+$(IRIS): examples/iris/build_iris.py $(INSTALLED)
+	$(PY) examples/iris/build_iris.py
+
+$(IMAGENET): examples/imagenet/build_imagenet.py $(INSTALLED)
+	$(PY) examples/imagenet/build_imagenet.py
+
+cat.jpg: $(IMAGENET)
+
+examples: $(IRIS) $(IMAGENET)
+
+serve: install examples
+	$(VENV)/bin/pipeserve serve examples/imagenet --host $(HOST) --port $(PORT)
+
+serve-iris: install examples
+	$(VENV)/bin/pipeserve serve examples/iris --host $(HOST) --port $(PORT)
+
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+# The whole suite, slow tests included (CI runs this); `make test-fast` skips the slow ones.
+test: install examples lint typecheck
+	$(VENV)/bin/pytest -m "not gpu" --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+
+test-fast: install examples
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: install examples
+	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cat.jpg examples/*/models examples/*/golden.json \
+		examples/imagenet/labels.txt examples/imagenet/samples

@@ -1,0 +1,106 @@
+"""Handler pipelines, golden checks and spec errors through the REST app and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pipeserve.cli.main import cli
+
+
+def test_the_seed_pipeline_runs_in_next_order(client_factory: Any, seed_dir: Path) -> None:
+    client = client_factory(seed_dir)
+    response = client.post("/predict", json={"data": {"value": 7}})
+    assert response.status_code == 200
+    assert response.json() == {"prediction": {"value": 7, "visited": ["m1", "m3"]}}
+    # No sample in the seed spec: the test endpoints say how to add one.
+    missing = client.get("/predict/test")
+    assert missing.status_code == 404
+    assert "pipeline.sample" in missing.json()["error"]
+
+
+def test_a_failing_handler_names_its_node(client_factory: Any, tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(
+        "class Boom:\n    def predict(self, data):\n        raise KeyError('secret detail')\n"
+    )
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: boom\n  nodes:\n  - name: explode\n    model_load_meta: {handler_module: steps}\n"
+    )
+    client = client_factory(tmp_path)
+    response = client.post("/predict", json={"data": 1})
+    assert response.status_code == 500
+    assert response.json()["node"] == "explode"
+    assert "secret detail" not in response.text  # internals stay in the log
+    assert client.get("/health").json() == {"health": "ok"}
+
+
+def test_async_handlers_run_on_the_loop(client_factory: Any, tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(
+        "import asyncio\n"
+        "class Double:\n    async def predict(self, data):\n        await asyncio.sleep(0)\n        return data * 2\n"
+        "class AddOne:\n    def predict(self, data):\n        return data + 1\n"
+    )
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: arith\n  nodes:\n"
+        "  - name: double\n    model_load_meta: {handler_module: 'steps:Double'}\n"
+        "  - name: add\n    model_load_meta: {handler_module: 'steps:AddOne'}\n"
+    )
+    assert client_factory(tmp_path).post("/predict", json={"data": 20}).json() == {"prediction": 41}
+
+
+def test_a_golden_mismatch_keeps_the_server_up_but_not_ready(
+    client_factory: Any, iris_dir: Path, copy_example: Any
+) -> None:
+    spec_dir = copy_example(iris_dir)
+    (spec_dir / "golden.json").write_text(json.dumps([0.1, 0.8, 0.1]))
+    client = client_factory(spec_dir)
+    ready = client.get("/health/ready")
+    assert ready.status_code == 503
+    assert "golden check failed" in ready.json()["reason"]
+    assert client.get("/health/live").status_code == 200
+    refused = client.post("/predict/label", json={"data": [[5.1, 3.5, 1.4, 0.2]]})
+    assert refused.status_code == 503
+    assert "golden check failed" in refused.json()["error"]
+    assert refused.headers["retry-after"]
+
+
+def test_check_command_reports_ready(iris_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["check", str(iris_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["ready"] is True
+    assert report["golden"] == "prediction matches, label 'setosa'"
+
+
+def test_check_command_fails_on_golden_mismatch(iris_dir: Path, copy_example: Any) -> None:
+    spec_dir = copy_example(iris_dir)
+    text = (spec_dir / "pipeline.yaml").read_text().replace("label: setosa", "label: virginica")
+    (spec_dir / "pipeline.yaml").write_text(text)
+    result = CliRunner().invoke(cli, ["check", str(spec_dir)])
+    assert result.exit_code == 1
+    assert "golden label is 'virginica'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (("next: m3", "next: m9"), "node 'm1': field 'next': unknown node 'm9'"),
+        (("handler_module: m2.dummy_python_model", "handler_module: m2.nothing_here"), "node 'm2'"),
+    ],
+)
+def test_check_command_names_the_bad_node(
+    seed_dir: Path, copy_example: Any, edit: tuple[str, str], needle: str
+) -> None:
+    spec_dir = copy_example(seed_dir)
+    text = (spec_dir / "pipeline.yaml").read_text().replace(*edit)
+    if "m2" in edit[1]:  # make m2 reachable so that its handler is imported
+        text = text.replace("next: m3", "next: m2")
+    (spec_dir / "pipeline.yaml").write_text(text)
+    result = CliRunner().invoke(cli, ["check", str(spec_dir)])
+    assert result.exit_code == 2
+    assert needle in result.output
+    assert "pipeline.yaml" in result.output
