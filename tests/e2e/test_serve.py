@@ -91,7 +91,8 @@ def test_a_bad_spec_fails_before_serving_with_a_clear_message(tmp_path: Path) ->
         check=False,
     )
     assert result.returncode == 2
-    assert "node 'a'" in result.stderr and "nxt" in result.stderr
+    assert "node 'a'" in result.stderr
+    assert "nxt" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -99,4 +100,5 @@ def test_version_and_help() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pipeserve.cli.main", "--help"], capture_output=True, text=True, check=True
     )
-    assert "serve" in result.stdout and "check" in result.stdout
+    assert "serve" in result.stdout
+    assert "check" in result.stdout
