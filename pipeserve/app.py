@@ -84,8 +84,15 @@ def _serve_gunicorn(settings: ServerSettings) -> None:
                 "accesslog": None,
                 "proc_name": f"pipeserve-{settings.spec_dir.name}",
             }
+            options["child_exit"] = self.child_exit
             for key, value in options.items():
                 self.cfg.set(key, value)
+
+        def child_exit(self, server: Any, worker: Any) -> None:
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(worker.pid)
 
         def load(self) -> RestApp:
             # Runs in each worker after the fork: every worker loads its own models in its lifespan.

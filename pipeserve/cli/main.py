@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +47,28 @@ def cli() -> None:
 @click.option("--max-body-bytes", type=int, default=None, help="Largest request body [10 MB].")
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
-    from pipeserve.app import serve as run_server
-
     settings = _settings(spec_dir=spec_dir, **options)
+    with _metrics_shared_by_workers(settings.workers):
+        from pipeserve.app import serve as run_server  # after the env is set: prometheus reads it at import
+
+        try:
+            run_server(settings)
+        except SpecError as exc:
+            raise SpecInvalid(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _metrics_shared_by_workers(workers: int) -> Iterator[None]:
+    """With several workers, give them one PROMETHEUS_MULTIPROC_DIR so /metrics adds up all of them."""
+    if workers == 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="pipeserve-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     try:
-        run_server(settings)
-    except SpecError as exc:
-        raise SpecInvalid(str(exc)) from exc
+        yield
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @cli.command()

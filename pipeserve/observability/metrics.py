@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import os
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    values,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -21,7 +32,15 @@ class Metrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        disable_created_metrics()  # the *_created series double the output and nobody graphs them
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        # With several workers (gunicorn), PROMETHEUS_MULTIPROC_DIR is set before they fork: values live in
+        # per-process files and /metrics sums them over every live worker, whichever worker answers.
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if self.multiprocess_dir and values.ValueClass is values.MutexValue:
+            # prometheus_client picks its value class when first imported; if that happened before the CLI set
+            # the directory (any import of pipeserve does), pick again so these metrics go to the shared files.
+            values.ValueClass = values.get_value_class()
         self.requests = Counter(
             "pipeserve_requests",
             "HTTP requests answered, by route template, method and status code.",
@@ -50,11 +69,16 @@ class Metrics:
         )
         self.ready = Gauge(
             "pipeserve_ready",
-            "1 when the pipeline is loaded, warm and golden-checked.",
+            "1 when the pipeline is loaded, warm and golden-checked (the minimum over live workers).",
             ["pipeline"],
             registry=self.registry,
+            multiprocess_mode="livemin",
         )
 
     def render(self) -> bytes:
-        """The registry in Prometheus text format."""
+        """The registry (or, with several workers, all workers' values) in Prometheus text format."""
+        if self.multiprocess_dir:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=self.multiprocess_dir)
+            return generate_latest(registry)
         return generate_latest(self.registry)

@@ -7,16 +7,18 @@ import base64
 import enum
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pipeserve.errors import GoldenCheckFailed, InvalidInput, NotFound, NotReady
-from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.codec import decode_data, squeeze_single
 from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
+
+if TYPE_CHECKING:
+    from pipeserve.observability.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -36,6 +36,11 @@ def test_imagenet_with_two_gunicorn_workers(imagenet_dir: Path, cat_jpeg: bytes,
         bad = httpx.post(f"{server.url}/predict/label", json={"data": "not an image"}, timeout=10)
         assert bad.status_code == 400
         assert httpx.get(f"{server.url}/health", timeout=5).json() == {"health": "ok"}
+        # Whichever worker answers /metrics, it reports the requests of both.
+        for _ in range(4):
+            metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
+            assert 'pipeserve_requests_total{method="POST",route="/predict/label",status="200"} 16.0' in metrics
+        assert 'pipeserve_ready{pipeline="imagenet"} 1.0' in metrics
         process = server.process
     assert stop(process) == 0
     log = server.log()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, MutableMapping
@@ -59,6 +60,10 @@ class RestApp:
             await self.access_log.start()
         try:
             await self.service.start()
+            # Everything loaded so far (modules, models, FastAPI's routes) lives as long as the process. Moving it
+            # out of the collector's reach turns 1-3 ms gen-1 pauses under load into ~0.1 ms ones.
+            gc.collect()
+            gc.freeze()
             yield
         finally:
             await self.service.stop(self.settings.graceful_timeout_s)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeserve.errors import SpecError
-from pipeserve.pipeline.handlers import Handler, HandlerContext, resolve_handler
+from pipeserve.pipeline.handlers import Handler, HandlerContext, HandlerFactory, resolve_handler
 
 FIELD = "model_load_meta.handler_module"
 
@@ -22,7 +22,7 @@ def write_module(base: Path, dotted: str, source: str) -> Path:
     return path
 
 
-def resolve(base: Path, target: str):
+def resolve(base: Path, target: str) -> HandlerFactory:
     return resolve_handler(target, base, file="pipeline.yaml", node="n1")
 
 

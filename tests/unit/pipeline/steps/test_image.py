@@ -16,7 +16,8 @@ from pipeserve.pipeline.steps import StepContext, create_step
 CONTEXT = StepContext(node="pre", base_dir=Path("."))
 
 
-def step(name: str, **params: Any):
+def step(name: str, **params: Any) -> Any:
+    """The step, typed loosely so tests can call it with step-specific arguments."""
     return create_step(name, params, CONTEXT)
 
 
@@ -227,12 +228,13 @@ def test_normalize_output_dtype(dtype):
 def test_preprocessing_chain_from_png_bytes():
     data = encode(Image.new("RGB", (320, 240), (127, 255, 0)))
     value: Any = data
-    for name, params in [
+    chain: list[tuple[str, dict[str, Any]]] = [
         ("image.decode", {}),
         ("image.resize", {"short_side": 256}),
         ("image.center_crop", {"size": 224}),
         ("image.normalize", {"mean": 127.0, "std": 128.0}),
-    ]:
+    ]
+    for name, params in chain:
         value = step(name, **params)(value)
 
     assert value.shape == (1, 3, 224, 224)
