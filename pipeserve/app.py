@@ -92,7 +92,7 @@ def _serve_gunicorn(settings: ServerSettings) -> None:
             if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
                 from prometheus_client import multiprocess
 
-                multiprocess.mark_process_dead(worker.pid)
+                multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
         def load(self) -> RestApp:
             # Runs in each worker after the fork: every worker loads its own models in its lifespan.

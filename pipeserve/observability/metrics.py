@@ -32,7 +32,7 @@ class Metrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        disable_created_metrics()  # the *_created series double the output and nobody graphs them
+        disable_created_metrics()  # type: ignore[no-untyped-call] - the *_created series double the output and nobody graphs them
         self.registry = registry or CollectorRegistry(auto_describe=True)
         # With several workers (gunicorn), PROMETHEUS_MULTIPROC_DIR is set before they fork: values live in
         # per-process files and /metrics sums them over every live worker, whichever worker answers.
@@ -40,7 +40,7 @@ class Metrics:
         if self.multiprocess_dir and values.ValueClass is values.MutexValue:
             # prometheus_client picks its value class when first imported; if that happened before the CLI set
             # the directory (any import of pipeserve does), pick again so these metrics go to the shared files.
-            values.ValueClass = values.get_value_class()
+            values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
         self.requests = Counter(
             "pipeserve_requests",
             "HTTP requests answered, by route template, method and status code.",
@@ -79,6 +79,6 @@ class Metrics:
         """The registry (or, with several workers, all workers' values) in Prometheus text format."""
         if self.multiprocess_dir:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=self.multiprocess_dir)
+            MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
             return generate_latest(registry)
         return generate_latest(self.registry)
