@@ -32,7 +32,8 @@ class Metrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        disable_created_metrics()  # type: ignore[no-untyped-call] - the *_created series double the output and nobody graphs them
+        # The *_created series double the output and nobody graphs them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry(auto_describe=True)
         # With several workers (gunicorn), PROMETHEUS_MULTIPROC_DIR is set before they fork: values live in
         # per-process files and /metrics sums them over every live worker, whichever worker answers.
