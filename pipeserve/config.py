@@ -16,8 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
-def _env(name: str, *seed_names: str) -> AliasChoices:
-    return AliasChoices(name, f"PIPESERVE_{name.upper()}", *seed_names)
+def _env(name: str, seed_name: str) -> AliasChoices:
+    """PIPESERVE_<NAME> first, then the seed services' variable."""
+    return AliasChoices(f"PIPESERVE_{name.upper()}", seed_name)
 
 
 class ServerSettings(BaseSettings):
@@ -28,9 +29,9 @@ class ServerSettings(BaseSettings):
         8001
     """
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_")
 
-    spec_dir: Path = Field(default=Path("."), validation_alias=_env("spec_dir"))
+    spec_dir: Path = Field(default=Path("."))
     host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
     port: int = Field(default=8000, ge=0, le=65535, validation_alias=_env("port", "PORT"))
     workers: int = Field(default=1, ge=1, le=256, validation_alias=_env("workers", "WORKERS"))
@@ -45,11 +46,11 @@ class ServerSettings(BaseSettings):
         default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
     )
     log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
-    log_format: Literal["json", "text"] = Field(default="json", validation_alias=_env("log_format"))
-    access_log: bool = Field(default=True, validation_alias=_env("access_log"))
-    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, validation_alias=_env("max_body_bytes"))
-    warmup_runs: int = Field(default=5, ge=0, le=1000, validation_alias=_env("warmup_runs"))
-    root_path: str = Field(default="", validation_alias=_env("root_path"))
+    log_format: Literal["json", "text"] = Field(default="json")
+    access_log: bool = Field(default=True)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    warmup_runs: int = Field(default=5, ge=0, le=1000)
+    root_path: str = Field(default="")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -207,7 +207,10 @@ class Batcher(Generic[T, R]):
             if self._on_batch is not None:
                 wait = started - min(entry.enqueued_s for entry in batch)
                 rows = sum(entry.size for entry in batch)
-                self._on_batch(BatchInfo(self._batch_counter, rows, wait, time.monotonic() - started))
+                try:
+                    self._on_batch(BatchInfo(self._batch_counter, rows, wait, time.monotonic() - started))
+                except Exception:
+                    logger.exception("%s: on_batch callback failed", self.name)
 
 
 def _fail(batch: list[_Pending[T, R]], exc: BaseException) -> None:

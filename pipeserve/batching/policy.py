@@ -29,8 +29,8 @@ class BatchPolicy:
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.max_wait_s < 0:
-            raise ValueError(f"max_wait_s must be >= 0 seconds, got {self.max_wait_s}")
+        if not 0 <= self.max_wait_s < float("inf"):  # also refuses NaN, which compares false with everything
+            raise ValueError(f"max_wait_s must be a finite number of seconds >= 0, got {self.max_wait_s}")
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size must be >= 1, got {self.max_queue_size}")
         if self.workers < 1:

@@ -45,8 +45,11 @@ def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
     if raw.dtype.kind not in "iuf":
         found = _KIND_NAMES.get(raw.dtype.kind, str(raw.dtype))
         raise InvalidInput(f"'data' holds {found}, not numbers", expected=_expected(spec))
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow becomes inf, refused just below
-        array = raw.astype(numpy_dtype(spec.dtype), copy=False)
+    target = numpy_dtype(spec.dtype)
+    if target.kind in "iu":
+        _check_integers(spec, raw, target)
+    with np.errstate(over="ignore", invalid="ignore"):  # float overflow becomes inf, refused just below
+        array = raw.astype(target, copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise InvalidInput(
             "'data' contains NaN or infinity (or a number too large for " + spec.dtype + ")", expected=_expected(spec)
@@ -54,6 +57,18 @@ def _decode_tensor(spec: InputSpec, data: Any) -> np.ndarray[Any, Any]:
     if spec.shape is not None:
         array = _check_shape(spec, array, raw.shape)
     return _check_rows(spec, array)
+
+
+def _check_integers(spec: InputSpec, raw: np.ndarray[Any, Any], target: np.dtype[Any]) -> None:
+    if raw.size == 0:
+        return
+    if raw.dtype.kind == "f" and not (np.isfinite(raw).all() and (raw == np.floor(raw)).all()):
+        raise InvalidInput("'data' holds numbers that are not whole", expected=_expected(spec))
+    info = np.iinfo(target)
+    if raw.min() < info.min or raw.max() > info.max:
+        raise InvalidInput(
+            f"'data' holds numbers outside the {target} range [{info.min}, {info.max}]", expected=_expected(spec)
+        )
 
 
 def _check_shape(spec: InputSpec, array: np.ndarray[Any, Any], original: tuple[int, ...]) -> np.ndarray[Any, Any]:
@@ -88,7 +103,7 @@ def _decode_image(data: Any) -> bytes:
     if text.startswith("data:"):  # a data URL: data:image/jpeg;base64,....
         text = text.partition(",")[2]
     try:
-        decoded = base64.b64decode(text.strip(), validate=True)
+        decoded = _b64decode(text)
     except (binascii.Error, ValueError) as exc:
         raise InvalidInput(
             f"'data' is not valid base64 ({exc})", expected="a base64-encoded image (e.g. `base64 cat.jpg`)"
@@ -96,6 +111,14 @@ def _decode_image(data: Any) -> bytes:
     if not decoded:
         raise InvalidInput("'data' is an empty string", expected="a base64-encoded image")
     return decoded
+
+
+def _b64decode(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        # `base64 file` wraps lines at 76 characters; whitespace is not data, so drop it and try again.
+        return base64.b64decode("".join(text.split()), validate=True)
 
 
 def _describe(value: Any) -> str:

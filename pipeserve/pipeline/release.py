@@ -40,10 +40,8 @@ def release_files(loaded: LoadedSpec) -> set[Path]:
         if meta.artifact:
             artifact = loaded.resolve(meta.artifact)
             files.update(p for p in ([artifact] if artifact.is_file() else sorted(artifact.rglob("*"))) if p.is_file())
-        module = (meta.handler_module or meta.options.get("class") or "").partition(":")[0]
-        if module:
-            base = loaded.base_dir.joinpath(*module.split("."))
-            files.update(p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file())
+    # All Python source in the spec folder: the handler modules and whatever helpers they import.
+    files.update(p for p in loaded.base_dir.rglob("*.py") if "__pycache__" not in p.parts)
     for name in (
         spec.labels if isinstance(spec.labels, str) else None,
         spec.sample.file if spec.sample else None,

@@ -16,6 +16,7 @@ from pipeserve.pipeline.codec import decode_data, squeeze_single
 from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
+from pipeserve.pipeline.steps.tensor import lookup_labels
 
 if TYPE_CHECKING:
     from pipeserve.observability.metrics import Metrics
@@ -172,7 +173,7 @@ class InferenceService:
                 f"the pipeline output ({array.dtype}, shape {array.shape}) is not class scores",
                 expected="POST /predict",
             )
-        labels = [self._label_text[int(i)] for i in ids]
+        labels = lookup_labels(self._label_text, ids)
         return labels[0] if self._batched and len(labels) == 1 else labels
 
     # -- facts -----------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from pipeserve.errors import InvalidInput
+from pipeserve.errors import InvalidInput, SpecError
 from pipeserve.pipeline.steps.base import Step, StepParams
 
 _IMAGE_FORMATS = "a JPEG, PNG, GIF, BMP, TIFF or WebP image"
@@ -94,6 +94,13 @@ class CenterCrop(Step):
     class Params(StepParams):
         size: int | tuple[int, int]
 
+        @field_validator("size")
+        @classmethod
+        def _positive(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
+            if min(value if isinstance(value, tuple) else (value,)) < 1:
+                raise ValueError("size must be a positive integer or two positive integers [width, height]")
+            return value
+
     is_cpu_heavy: ClassVar[bool] = True
 
     def __call__(self, value: Any) -> Any:
@@ -121,8 +128,11 @@ class Normalize(Step):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         params: Normalize.Params = self.params  # type: ignore[assignment]
+        std = np.asarray(params.std, dtype=np.float32)
+        if not np.all(std > 0):
+            raise SpecError(f"std must be > 0 (it divides), got {params.std}", field="params.std")
         self._mean = np.asarray(params.mean, dtype=np.float32)
-        self._inv_std = 1.0 / np.asarray(params.std, dtype=np.float32)
+        self._inv_std = 1.0 / std
 
     def __call__(self, value: Any) -> Any:
         params: Normalize.Params = self.params  # type: ignore[assignment]

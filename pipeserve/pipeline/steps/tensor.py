@@ -51,7 +51,8 @@ class TopK(Step):
         labels = self.context.labels or ()
         scores = np.atleast_2d(_scores(value, self.context.node))
         count = min(k or params.k, scores.shape[-1])
-        best = np.argsort(-scores, axis=-1, kind="stable")[:, :count]
+        # float64 first: negating unsigned scores (quantized models) would wrap around
+        best = np.argsort(-scores.astype(np.float64), axis=-1, kind="stable")[:, :count]
         return [
             [{"name": labels[i], "prob": float(row[i])} for i in idx] for row, idx in zip(scores, best, strict=True)
         ]
@@ -71,4 +72,15 @@ class Label(Step):
         labels = self.context.labels or ()
         array = _scores(value, self.context.node)
         ids = array.reshape(-1) if array.dtype.kind in "iu" else np.atleast_2d(array).argmax(axis=-1)
-        return [labels[int(i)] for i in ids]
+        return lookup_labels(labels, ids)
+
+
+def lookup_labels(labels: tuple[str, ...], ids: Any) -> list[str]:
+    """Class ids -> names; an id outside the labels is an error (model and labels out of step), never wrapped."""
+    names = []
+    for raw in ids:
+        index = int(raw)
+        if not 0 <= index < len(labels):
+            raise ValueError(f"class id {index} is outside the {len(labels)} labels: model and labels are out of step")
+        names.append(labels[index])
+    return names

@@ -249,7 +249,7 @@ async def test_full_queue_refuses_with_overloaded_and_recovers():
         await settle()
 
         with pytest.raises(Overloaded, match="clf") as info:
-            await batcher.submit("d")
+            await asyncio.wait_for(batcher.submit("d"), BOUND_S)
 
         assert info.value.retry_after_s > 0
         fn.release.set()
