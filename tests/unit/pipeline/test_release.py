@@ -79,9 +79,16 @@ def test_fingerprint_does_not_depend_on_where_the_release_lives(release_dir, tmp
 def test_unrelated_files_do_not_change_the_fingerprint(release_dir):
     before = current(release_dir)
     (release_dir / "README.md").write_text("edited", encoding="utf-8")
-    (release_dir / "m1" / "unused.py").write_text("X = 1\n", encoding="utf-8")
 
     assert current(release_dir) == before
+
+
+def test_any_python_source_in_the_spec_folder_is_part_of_the_release(release_dir):
+    # A handler's helper module is code the release runs, even though the spec does not name it.
+    before = current(release_dir)
+    (release_dir / "m1" / "helpers.py").write_text("X = 1\n", encoding="utf-8")
+
+    assert current(release_dir) != before
 
 
 def test_one_artifact_byte_changes_it_and_reverting_restores_it(release_dir):
