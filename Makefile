@@ -54,7 +54,7 @@ typecheck: install
 
 # The whole suite, slow tests included (CI runs this); `make test-fast` skips the slow ones.
 test: install examples lint typecheck
-	$(VENV)/bin/pytest -m "not gpu" --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not gpu" --cov --cov-report=term:skip-covered --cov-fail-under=85 $(PYTEST_ARGS)
 
 test-fast: install examples
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

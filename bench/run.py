@@ -63,8 +63,9 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
     port = free_port()
     command = [arg.replace("{port}", str(port)) for arg in command]
     log = (log_dir / f"{name}.log").open("wb")
-    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                               cwd=ROOT, start_new_session=True)
+    process = subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -90,10 +91,22 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
 
 
 def wrk(url: str, body: Path, concurrency: int, duration_s: float, core: int, lua: Path) -> tuple[float, float, float]:
-    command = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(duration_s))}s", "--latency",
-               "-s", str(lua), url + "/predict/label"]
-    out = subprocess.run(command, env={**os.environ, "BENCH_BODY": str(body)}, capture_output=True, text=True,
-                         check=True).stdout
+    command = [
+        "taskset",
+        "-c",
+        str(core),
+        "wrk",
+        "-t1",
+        f"-c{concurrency}",
+        f"-d{max(1, round(duration_s))}s",
+        "--latency",
+        "-s",
+        str(lua),
+        url + "/predict/label",
+    ]
+    out = subprocess.run(
+        command, env={**os.environ, "BENCH_BODY": str(body)}, capture_output=True, text=True, check=True
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
@@ -111,8 +124,14 @@ def _percentile(out: str, label: str) -> float:
 
 def in_process(model: str, body: Path, duration_s: float, core: int) -> tuple[float, float, float]:
     env = {**os.environ, "BENCH_MODEL": model, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(["taskset", "-c", str(core), PY, "-m", "bench.apps.inprocess", str(body), str(duration_s)],
-                         env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        ["taskset", "-c", str(core), PY, "-m", "bench.apps.inprocess", str(body), str(duration_s)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     return result["rps"], result["p50_ms"], result["p99_ms"]
 
@@ -131,8 +150,11 @@ def contenders(model: str, core: int) -> dict[str, tuple[list[str], dict[str, st
     uvicorn = [*pin, PY, "-m", "uvicorn", "--port", "{port}", "--no-access-log", "--log-level", "warning"]
     app_env = {"BENCH_MODEL": model, "PYTHONPATH": str(ROOT)}
     return {
-        "pipeserve": ([*pin, PY, "-m", "pipeserve.cli.main", "serve", f"examples/{model}", "--port", "{port}"],
-                      {}, "/health/ready"),
+        "pipeserve": (
+            [*pin, PY, "-m", "pipeserve.cli.main", "serve", f"examples/{model}", "--port", "{port}"],
+            {},
+            "/health/ready",
+        ),
         "seed-style FastAPI": ([*uvicorn, "bench.apps.seed_app:app"], app_env, "/health"),
         "bare ASGI": ([*uvicorn, "bench.apps.bare_app:app"], app_env, "/health"),
     }
@@ -161,8 +183,11 @@ def run(args: argparse.Namespace) -> list[Sample]:
                     for name, url in urls.items():
                         rps, p50, p99 = wrk(url, body_files[model], concurrency, args.duration, args.client_core, lua)
                         raw.append(Sample(model, name, concurrency, rps, p50, p99))
-                        print(f"  [{repeat + 1}/{args.repeats}] {model:8} c={concurrency:<3} {name:20} "
-                              f"{rps:9.1f} req/s  p50 {p50:7.2f} ms  p99 {p99:7.2f} ms", file=sys.stderr)
+                        print(
+                            f"  [{repeat + 1}/{args.repeats}] {model:8} c={concurrency:<3} {name:20} "
+                            f"{rps:9.1f} req/s  p50 {p50:7.2f} ms  p99 {p99:7.2f} ms",
+                            file=sys.stderr,
+                        )
             stack.close()
     return raw
 
@@ -174,32 +199,62 @@ def summarize(raw: list[Sample]) -> list[Sample]:
     table = []
     for model, concurrency, contender in keys:
         group = [s for s in raw if (s.model, s.concurrency, s.contender) == (model, concurrency, contender)]
-        table.append(Sample(model, contender, concurrency, statistics.median(s.rps for s in group),
-                            statistics.median(s.p50_ms for s in group), statistics.median(s.p99_ms for s in group)))
+        table.append(
+            Sample(
+                model,
+                contender,
+                concurrency,
+                statistics.median(s.rps for s in group),
+                statistics.median(s.p50_ms for s in group),
+                statistics.median(s.p99_ms for s in group),
+            )
+        )
     return table
 
 
 def checks(table: list[Sample]) -> list[tuple[str, bool, str]]:
     def get(model: str, contender: str, concurrency: int) -> Sample | None:
-        return next((s for s in table if (s.model, s.contender, s.concurrency) == (model, contender, concurrency)), None)
+        return next(
+            (s for s in table if (s.model, s.contender, s.concurrency) == (model, contender, concurrency)), None
+        )
 
     results = []
     for concurrency in sorted({s.concurrency for s in table if s.model == "imagenet"}):
         ours, seed = get("imagenet", "pipeserve", concurrency), get("imagenet", "seed-style FastAPI", concurrency)
         if ours and seed:
-            results.append((f"imagenet c={concurrency}: pipeserve req/s >= seed-style", ours.rps >= seed.rps,
-                            f"{ours.rps:.1f} vs {seed.rps:.1f} ({ours.rps / seed.rps:.2f}x)"))
+            results.append(
+                (
+                    f"imagenet c={concurrency}: pipeserve req/s >= seed-style",
+                    ours.rps >= seed.rps,
+                    f"{ours.rps:.1f} vs {seed.rps:.1f} ({ours.rps / seed.rps:.2f}x)",
+                )
+            )
     ours, limit = get("imagenet", "pipeserve", 1), get("imagenet", "in-process limit", 1)
     if ours and limit:
         gap = ours.p50_ms - limit.p50_ms
-        results.append(("imagenet c=1: pipeserve p50 within 1.5 ms of the in-process limit", gap <= 1.5,
-                        f"{ours.p50_ms:.2f} ms vs {limit.p50_ms:.2f} ms ({gap:+.2f} ms)"))
+        results.append(
+            (
+                "imagenet c=1: pipeserve p50 within 1.5 ms of the in-process limit",
+                gap <= 1.5,
+                f"{ours.p50_ms:.2f} ms vs {limit.p50_ms:.2f} ms ({gap:+.2f} ms)",
+            )
+        )
     ours, seed, bare = get("iris", "pipeserve", 32), get("iris", "seed-style FastAPI", 32), get("iris", "bare ASGI", 32)
     if ours and seed and bare:
-        results.append(("iris c=32: pipeserve >= 3x seed-style req/s", ours.rps >= 3 * seed.rps,
-                        f"{ours.rps / seed.rps:.2f}x ({ours.rps:.0f} vs {seed.rps:.0f})"))
-        results.append(("iris c=32: pipeserve >= 60% of bare ASGI req/s", ours.rps >= 0.6 * bare.rps,
-                        f"{ours.rps / bare.rps:.0%} ({ours.rps:.0f} vs {bare.rps:.0f})"))
+        results.append(
+            (
+                "iris c=32: pipeserve >= 3x seed-style req/s",
+                ours.rps >= 3 * seed.rps,
+                f"{ours.rps / seed.rps:.2f}x ({ours.rps:.0f} vs {seed.rps:.0f})",
+            )
+        )
+        results.append(
+            (
+                "iris c=32: pipeserve >= 60% of bare ASGI req/s",
+                ours.rps >= 0.6 * bare.rps,
+                f"{ours.rps / bare.rps:.0%} ({ours.rps:.0f} vs {bare.rps:.0f})",
+            )
+        )
     return results
 
 
@@ -209,17 +264,22 @@ def markdown(table: list[Sample], results: list[tuple[str, bool, str]], args: ar
         "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for s in table:
-        seed = next(t for t in table if (t.model, t.concurrency, t.contender) == (s.model, s.concurrency,
-                                                                                     "seed-style FastAPI"))
+        seed = next(
+            t for t in table if (t.model, t.concurrency, t.contender) == (s.model, s.concurrency, "seed-style FastAPI")
+        )
         bare = next(t for t in table if (t.model, t.concurrency, t.contender) == (s.model, s.concurrency, "bare ASGI"))
-        lines.append(f"| {s.model} | {s.concurrency} | {s.contender} | {s.rps:,.0f} | {s.p50_ms:.2f} | {s.p99_ms:.2f} "
-                     f"| {s.rps / seed.rps:.2f}x | {s.rps / bare.rps:.0%} |")
+        lines.append(
+            f"| {s.model} | {s.concurrency} | {s.contender} | {s.rps:,.0f} | {s.p50_ms:.2f} | {s.p99_ms:.2f} "
+            f"| {s.rps / seed.rps:.2f}x | {s.rps / bare.rps:.0%} |"
+        )
     lines += ["", "| target | result | measured |", "|---|---|---|"]
     lines += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in results]
-    header = (f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores, "
-              f"{platform.processor() or platform.machine()}), Python {platform.python_version()}; servers pinned to "
-              f"core {args.server_core}, wrk to core {args.client_core}; {args.duration:g} s per point, median of "
-              f"{args.repeats} interleaved repeats. The in-process limit is measured once per repeat (no concurrency).")
+    header = (
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores, "
+        f"{platform.processor() or platform.machine()}), Python {platform.python_version()}; servers pinned to "
+        f"core {args.server_core}, wrk to core {args.client_core}; {args.duration:g} s per point, median of "
+        f"{args.repeats} interleaved repeats. The in-process limit is measured once per repeat (no concurrency)."
+    )
     return header + "\n\n" + "\n".join(lines) + "\n"
 
 

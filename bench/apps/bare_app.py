@@ -36,6 +36,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = b'{"health":"ok"}'
     else:
         body = orjson.dumps({"prediction": _state["predictor"].label(orjson.loads(b"".join(chunks))["data"])})
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -59,7 +59,9 @@ class Predictor:
 
     def label(self, data: Any) -> str:
         if MODEL == "iris":
-            probabilities = self.session.run(["probabilities"], {self.input_name: np.asarray(data, dtype=np.float32)})[0]
+            probabilities = self.session.run(["probabilities"], {self.input_name: np.asarray(data, dtype=np.float32)})[
+                0
+            ]
             return self.labels[int(probabilities[0].argmax())]
         logits = self.session.run(None, {self.input_name: preprocess_image(data)})[0][0]
         exp = np.exp(logits - logits.max())
