@@ -77,7 +77,9 @@ def _metrics_shared_by_workers(workers: int) -> Iterator[None]:
 def check(spec_dir: Path, as_json: bool) -> None:
     """Validate SPEC_DIR, load its models, warm up and run the golden check, without serving."""
     from pipeserve.app import check_pipeline
+    from pipeserve.observability.logging import configure_logging
 
+    configure_logging("warning", "text")  # warnings (unreachable nodes) and errors go to stderr once
     try:
         report = asyncio.run(check_pipeline(spec_dir))
     except SpecError as exc:
@@ -88,8 +90,6 @@ def check(spec_dir: Path, as_json: bool) -> None:
         for key, value in report.items():
             if key != "warnings":
                 click.echo(f"{key:>12}: {value}")
-        for warning in report["warnings"]:
-            click.echo(f"     warning: {warning}", err=True)
     if not report["ready"]:
         raise CheckFailed(f"pipeline is not ready: {report['reason']}")
 
