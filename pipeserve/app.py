@@ -24,7 +24,12 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
         >>> app = build_rest_app(ServerSettings(spec_dir=Path("examples/iris")))  # doctest: +SKIP
     """
     metrics = Metrics()
-    service = InferenceService(load_spec(settings.spec_dir), metrics=metrics, warmup_runs=settings.warmup_runs)
+    service = InferenceService(
+        load_spec(settings.spec_dir),
+        metrics=metrics,
+        warmup_runs=settings.warmup_runs,
+        max_in_flight=settings.max_in_flight,
+    )
     return create_app(service, settings, metrics)
 
 

@@ -32,13 +32,13 @@ NodeObserver = Callable[[str, float, bool], None]
 class _SyncSegment:
     """Consecutive sync nodes, run in one call: inline when all are light, else in one worker-thread hop."""
 
-    nodes: tuple[StepNode | HandlerNode, ...]
+    nodes: tuple[Node, ...]
     inline: bool
 
 
 @dataclass(frozen=True, slots=True)
 class _AsyncSegment:
-    node: HandlerNode | ModelNode
+    node: Node
 
 
 class Pipeline:
@@ -99,6 +99,12 @@ class Pipeline:
             await model.start()
         self._segments = _segment(self._order)
 
+    def finish_warm_up(self) -> None:
+        """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
+        for model in self.models:
+            model.settle_execution()
+        self._segments = _segment(self._order)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop the batchers (finishing queued work within ``grace_s``) and release the models."""
         for model in self.models:
@@ -126,7 +132,7 @@ class Pipeline:
                 value = await self._run_async(segment.node, value)
         return value
 
-    def _run_sync(self, nodes: tuple[StepNode | HandlerNode, ...], value: Any) -> Any:
+    def _run_sync(self, nodes: tuple[Node, ...], value: Any) -> Any:
         for node in nodes:
             started = time.perf_counter()
             try:
@@ -140,10 +146,10 @@ class Pipeline:
             self._observe(node.name, started, failed=False)
         return value
 
-    async def _run_async(self, node: HandlerNode | ModelNode, value: Any) -> Any:
+    async def _run_async(self, node: Node, value: Any) -> Any:
         started = time.perf_counter()
         try:
-            result = await node.acall(value)
+            result = await node.acall(value)  # type: ignore[union-attr]  # only async nodes get here
         except (InvalidInput, PipeserveError):
             self._observe(node.name, started, failed=True)
             raise
@@ -163,7 +169,7 @@ class Pipeline:
 
 def _segment(order: list[Node]) -> list[_SyncSegment | _AsyncSegment]:
     segments: list[_SyncSegment | _AsyncSegment] = []
-    run: list[StepNode | HandlerNode] = []
+    run: list[Node] = []
 
     def flush() -> None:
         if run:
@@ -171,9 +177,9 @@ def _segment(order: list[Node]) -> list[_SyncSegment | _AsyncSegment]:
             run.clear()
 
     for node in order:
-        if isinstance(node, ModelNode) or node.is_async:
+        if node.is_async:
             flush()
-            segments.append(_AsyncSegment(node))  # type: ignore[arg-type]
+            segments.append(_AsyncSegment(node))
         else:
             run.append(node)
     flush()

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 import statistics
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -86,15 +87,15 @@ class HandlerNode:
 
 
 class ModelNode:
-    """A model runtime behind a batcher (``max_batch_size`` 1 when batching is off).
+    """A model runtime, behind a batcher when batching is configured.
 
     The node's input is one request's tensor (or dict of named tensors) with a leading batch dimension.
-    The batcher concatenates requests along it, runs the engine in a worker thread, and splits the outputs.
+    With batching, the batcher concatenates requests along it, runs the engine in a worker thread (or on the
+    loop for tiny models), and splits the outputs. Without batching the node is a plain sync step: it runs in
+    the same worker-thread hop as the preprocessing around it, so a request costs one hop, not three.
     """
 
     kind: NodeKind = "model"
-    is_async = True
-    runs_inline = False
 
     def __init__(
         self,
@@ -122,6 +123,16 @@ class ModelNode:
         self.execution: Execution = execution
         self.runs_on_loop = execution == "inline"
         self._recent_run_s: deque[float] = deque(maxlen=32)
+        self._lock = threading.Lock()
+
+    @property
+    def is_async(self) -> bool:
+        """Batched models are awaited (through their batcher); unbatched ones are called like sync steps."""
+        return self.policy.is_batching
+
+    @property
+    def runs_inline(self) -> bool:
+        return self.runs_on_loop
 
     def load(self) -> None:
         self.runtime.load()
@@ -144,6 +155,8 @@ class ModelNode:
             )
 
     async def start(self) -> None:
+        if not self.policy.is_batching:
+            return
         workers = self.policy.workers if self.runtime.is_thread_safe else 1
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{self.name}")
         self._batcher = Batcher(
@@ -174,9 +187,17 @@ class ModelNode:
 
     def _predict_timed(self, inputs: TensorDict) -> TensorDict:
         started = time.perf_counter()
-        outputs = self.runtime.predict(inputs)
+        if self.runtime.is_thread_safe:
+            outputs = self.runtime.predict(inputs)
+        else:
+            with self._lock:
+                outputs = self.runtime.predict(inputs)
         self._recent_run_s.append(time.perf_counter() - started)
         return outputs
+
+    def call(self, value: Any) -> Any:
+        """Run one request's input unbatched (in the caller's thread)."""
+        return self._select(self._predict_timed(self._inputs(value)))
 
     def _batch_done(self, info: BatchInfo) -> None:
         if self.on_batch is not None:
@@ -185,7 +206,9 @@ class ModelNode:
     async def acall(self, value: Any) -> Any:
         if self._batcher is None:
             raise NotReady(f"model {self.name!r} is not started")
-        outputs = await self._batcher.submit(self._inputs(value))
+        return self._select(await self._batcher.submit(self._inputs(value)))
+
+    def _select(self, outputs: TensorDict) -> Any:
         if self._selected is None:
             return next(iter(outputs.values())) if len(outputs) == 1 else outputs
         if len(self._selected) == 1:
@@ -249,12 +272,16 @@ class ModelNode:
     def describe(self) -> dict[str, Any]:
         info = {"name": self.name, "kind": "model", "version": self.version, **self.runtime.describe()}
         info["execution"] = "event loop" if self.runs_on_loop else "worker thread"
-        info["batching"] = {
-            "max_batch_size": self.policy.max_batch_size,
-            "max_latency_ms": self.policy.max_wait_s * 1000,
-            "max_queue_size": self.policy.max_queue_size,
-            "workers": self.policy.workers,
-        }
+        info["batching"] = (
+            {
+                "max_batch_size": self.policy.max_batch_size,
+                "max_latency_ms": self.policy.max_wait_s * 1000,
+                "max_queue_size": self.policy.max_queue_size,
+                "workers": self.policy.workers,
+            }
+            if self.policy.is_batching
+            else None
+        )
         return info
 
 

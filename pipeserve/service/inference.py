@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeserve.errors import GoldenCheckFailed, InvalidInput, NotFound, NotReady
+from pipeserve.errors import GoldenCheckFailed, InvalidInput, NotFound, NotReady, Overloaded
 from pipeserve.pipeline.codec import decode_data, squeeze_single
 from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.loader import LoadedSpec
@@ -50,12 +50,17 @@ class InferenceService:
         metrics: Metrics | None = None,
         warmup_runs: int = 5,
         worker_threads: int | None = None,
+        max_in_flight: int = 256,
     ) -> None:
         self.loaded = loaded
         self.spec = loaded.spec
         self.metrics = metrics
         self.pipeline = Pipeline.compile(loaded, worker_threads=worker_threads)
         self._warmup_runs = warmup_runs
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
         self.state = ServiceState.CREATED
         self.reason = "not started"
         self.fingerprint: str | None = None
@@ -90,6 +95,10 @@ class InferenceService:
             self._set_state(ServiceState.FAILED, f"golden check failed: {exc}")
             logger.error("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
             return
+        except Exception as exc:  # a sample that cannot run is a broken release: refuse it, loudly
+            self._set_state(ServiceState.FAILED, f"the sample input failed during warm-up: {exc}")
+            logger.exception("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
+            return
         self._set_state(ServiceState.READY, "ready")
         logger.info(
             "Pipeline %s ready in %.2fs (fingerprint %s; golden: %s)",
@@ -115,8 +124,7 @@ class InferenceService:
             return
         for _ in range(self._warmup_runs):
             await self._run(self._sample)
-        for model in self.pipeline.models:
-            model.settle_execution()
+        self.pipeline.finish_warm_up()
         value = await self._run(self._sample)
         prediction = self._encode(value)
         label = self._label_of(value) if self._label_text is not None or _is_text(value) else None
@@ -142,6 +150,11 @@ class InferenceService:
             raise NotReady(self.reason)
         return self._encode(await self._run(data))
 
+    @property
+    def in_flight(self) -> int:
+        """Predictions started and not yet answered."""
+        return self._in_flight
+
     async def predict_label(self, data: Any) -> Any:
         """The label(s) of the pipeline's output: class names for scores or class ids, text as it is."""
         if self.state is not ServiceState.READY:
@@ -149,7 +162,13 @@ class InferenceService:
         return self._label_of(await self._run(data))
 
     async def _run(self, data: Any) -> Any:
-        return await self.pipeline.run(decode_data(self.spec.input, data))
+        if self._in_flight >= self._max_in_flight:
+            raise Overloaded(f"the server has {self._in_flight} requests in flight, its limit", retry_after_s=1.0)
+        self._in_flight += 1
+        try:
+            return await self.pipeline.run(decode_data(self.spec.input, data))
+        finally:
+            self._in_flight -= 1
 
     def _encode(self, value: Any) -> Any:
         return squeeze_single(value) if self._batched else value

@@ -104,3 +104,17 @@ def test_check_command_names_the_bad_node(
     assert result.exit_code == 2
     assert needle in result.output
     assert "pipeline.yaml" in result.output
+
+
+def test_a_sample_that_fails_keeps_the_server_up_but_not_ready(client_factory: Any, tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text("def predict(data):\n    return 1 / data\n")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: divide\n  sample: {data: 0}\n  nodes:\n"
+        "  - name: invert\n    model_load_meta: {handler_module: steps}\n"
+    )
+    client = client_factory(tmp_path)
+    ready = client.get("/health/ready")
+    assert ready.status_code == 503
+    assert "sample input failed during warm-up" in ready.json()["reason"]
+    assert "invert" in ready.json()["reason"]
+    assert client.post("/predict", json={"data": 4}).status_code == 503
