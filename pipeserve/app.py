@@ -10,6 +10,7 @@ from typing import Any
 from pipeserve.config import ServerSettings
 from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
+from pipeserve.pipeline.executor import default_worker_threads
 from pipeserve.pipeline.loader import load_spec
 from pipeserve.server.rest import RestApp, create_app
 from pipeserve.service import InferenceService
@@ -29,6 +30,7 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
         metrics=metrics,
         warmup_runs=settings.warmup_runs,
         max_in_flight=settings.max_in_flight,
+        worker_threads=settings.worker_threads or default_worker_threads(settings.workers),
     )
     return create_app(service, settings, metrics)
 

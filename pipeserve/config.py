@@ -49,6 +49,9 @@ class ServerSettings(BaseSettings):
     log_format: Literal["json", "text"] = Field(default="json")
     access_log: bool = Field(default=True)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    worker_threads: int | None = Field(
+        default=None, ge=1, le=256, description="Threads for CPU-bound node work; default: cores / workers."
+    )
     max_in_flight: int = Field(default=256, ge=1, description="Predictions in progress at once; more get 503.")
     warmup_runs: int = Field(default=5, ge=0, le=1000)
     root_path: str = Field(default="")

@@ -234,6 +234,7 @@ class InferenceService:
             "prediction_sample": golden,
             "labels": len(self._label_text) if self._label_text is not None else None,
             "nodes": self.pipeline.describe(),
+            "execution": self.pipeline.execution_plan(),
             "golden_check": self.golden_summary,
         }
 
