@@ -68,6 +68,27 @@ class RequestInfo:
 
 
 @lru_cache(maxsize=256)
+class Activity:
+    """How many requests the process is serving right now, counted where they enter (the transport).
+
+    A request counts from the moment it arrives, before its body is read, so work that would block the event
+    loop can tell whether anyone else is waiting for it.
+    """
+
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        self.open = 0
+
+    def __enter__(self) -> Activity:
+        self.open += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.open -= 1
+
+
+@lru_cache(maxsize=256)
 def numpy_dtype(name: str) -> np.dtype[Any]:
     """Map a dtype name as runtimes report it (``float32``, ``FP32``, ``tensor(float)``) to NumPy.
 

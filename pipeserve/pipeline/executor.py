@@ -21,6 +21,7 @@ from pipeserve.pipeline.spec import NodeSpec
 from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
 from pipeserve.runtimes.registry import runtime_class
+from pipeserve.types import Activity
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class Pipeline:
         self._segments: list[_SyncSegment | _AsyncSegment] = []
         self.observer: NodeObserver | None = None
         self._active = 0
+        #: Requests the transport is serving; when set, "idle" means no other request has even arrived.
+        self.activity: Activity | None = None
         self._single_core = available_cores() == 1
         self._segment_times: dict[tuple[str, ...], list[float]] = {}
         self._warming = True
@@ -152,7 +155,7 @@ class Pipeline:
         try:
             for segment in self._segments:
                 if isinstance(segment, _SyncSegment):
-                    if segment.inline or (segment.inline_when_idle and self._active == 1):
+                    if segment.inline or (segment.inline_when_idle and self._is_alone()):
                         value = self._run_sync(segment.nodes, value)
                     else:
                         run = self._run_sync_timed if self._warming else self._run_sync
@@ -162,6 +165,11 @@ class Pipeline:
             return value
         finally:
             self._active -= 1
+
+    def _is_alone(self) -> bool:
+        if self._active > 1:
+            return False
+        return self.activity is None or self.activity.open <= 1
 
     def _run_sync_timed(self, nodes: tuple[Node, ...], value: Any) -> Any:
         """``_run_sync``, recording how long the segment took (during warm-up, to decide where it runs)."""

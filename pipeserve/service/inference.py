@@ -17,6 +17,7 @@ from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
 from pipeserve.pipeline.steps.tensor import lookup_labels
+from pipeserve.types import Activity
 
 if TYPE_CHECKING:
     from pipeserve.observability.metrics import Metrics
@@ -56,6 +57,9 @@ class InferenceService:
         self.spec = loaded.spec
         self.metrics = metrics
         self.pipeline = Pipeline.compile(loaded, worker_threads=worker_threads)
+        #: Transports count their requests here (``with service.activity:``).
+        self.activity = Activity()
+        self.pipeline.activity = self.activity
         self._warmup_runs = warmup_runs
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")

@@ -49,6 +49,7 @@ class RestApp:
             "/predict/label": PredictEndpoint(service.predict_label, limit),
             "/health": StaticEndpoint({"health": "ok"}),
         }
+        self._activity = service.activity
         self._api_paths = {getattr(r, "path", None) for r in self.api.routes}
         quiet = settings.log_level in ("warning", "error", "critical")
         self.access_log = AccessLog(fmt=settings.log_format) if settings.access_log and not quiet else None
@@ -83,6 +84,7 @@ class RestApp:
         if request_id is None:
             request_id = new_request_id()
         token = request_id_var.set(request_id)
+        self._activity.open += 1
         method: str = scope["method"]
         path: str = scope["path"]
         endpoint = self._fast.get(path)
@@ -99,6 +101,7 @@ class RestApp:
             else:
                 status, route = await self._serve_api(scope, receive, send, request_id)
         finally:
+            self._activity.open -= 1
             request_id_var.reset(token)
             self._record(route, method, status, time.perf_counter() - started, request_id, path)
 
