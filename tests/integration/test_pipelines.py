@@ -118,3 +118,53 @@ def test_a_sample_that_fails_keeps_the_server_up_but_not_ready(client_factory: A
     assert "sample input failed during warm-up" in ready.json()["reason"]
     assert "invert" in ready.json()["reason"]
     assert client.post("/predict", json={"data": 4}).status_code == 503
+
+
+async def test_single_core_runs_sync_work_on_the_loop_only_when_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from pipeserve import InferenceService, load_spec
+    from pipeserve.pipeline import executor
+
+    (tmp_path / "steps.py").write_text(
+        "import threading\ndef predict(data):\n    return threading.current_thread().name\n"
+    )
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: where\n  sample: {data: 1}\n  nodes:\n"
+        "  - name: where\n    model_load_meta: {handler_module: steps}\n"
+    )
+    monkeypatch.setattr(executor, "available_cores", lambda: 1)
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        plan = service.pipeline.execution_plan()
+        assert "single core" in plan[0]["runs_in"]
+        with service.activity:  # the only request: the loop runs it, no hop
+            assert await service.predict(1) == threading.current_thread().name
+        with service.activity, service.activity:  # another request has arrived: the worker thread runs it
+            assert (await service.predict(1)).startswith("pipeline-where")
+    finally:
+        await service.stop()
+
+
+async def test_several_cores_always_use_the_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeserve import InferenceService, load_spec
+    from pipeserve.pipeline import executor
+
+    (tmp_path / "steps.py").write_text(
+        "import threading\ndef predict(data):\n    return threading.current_thread().name\n"
+    )
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: where\n  sample: {data: 1}\n  nodes:\n"
+        "  - name: where\n    model_load_meta: {handler_module: steps}\n"
+    )
+    monkeypatch.setattr(executor, "available_cores", lambda: 2)
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        with service.activity:
+            assert (await service.predict(1)).startswith("pipeline-where")
+    finally:
+        await service.stop()
