@@ -169,7 +169,7 @@ class Pipeline:
     def _is_alone(self) -> bool:
         if self._active > 1:
             return False
-        return self.activity is None or self.activity.open <= 1
+        return self.activity is None or self.activity.is_quiet()
 
     def _run_sync_timed(self, nodes: tuple[Node, ...], value: Any) -> Any:
         """``_run_sync``, recording how long the segment took (during warm-up, to decide where it runs)."""

@@ -84,7 +84,7 @@ class RestApp:
         if request_id is None:
             request_id = new_request_id()
         token = request_id_var.set(request_id)
-        self._activity.open += 1
+        self._activity.enter()
         method: str = scope["method"]
         path: str = scope["path"]
         endpoint = self._fast.get(path)
@@ -101,7 +101,7 @@ class RestApp:
             else:
                 status, route = await self._serve_api(scope, receive, send, request_id)
         finally:
-            self._activity.open -= 1
+            self._activity.exit()
             request_id_var.reset(token)
             self._record(route, method, status, time.perf_counter() - started, request_id, path)
 
