@@ -155,7 +155,7 @@ class Pipeline:
         try:
             for segment in self._segments:
                 if isinstance(segment, _SyncSegment):
-                    if segment.inline or (segment.inline_when_idle and self._is_alone()):
+                    if segment.inline or (segment.inline_when_idle and await self._is_alone_after_yield()):
                         value = self._run_sync(segment.nodes, value)
                     else:
                         run = self._run_sync_timed if self._warming else self._run_sync
@@ -165,6 +165,14 @@ class Pipeline:
             return value
         finally:
             self._active -= 1
+
+    async def _is_alone_after_yield(self) -> bool:
+        if not self._is_alone():
+            return False
+        # Requests that arrived while the loop was busy are ready to run but have not been counted yet; one
+        # loop iteration lets them announce themselves (and reads any socket that is waiting) before we block.
+        await asyncio.sleep(0)
+        return self._is_alone()
 
     def _is_alone(self) -> bool:
         if self._active > 1:
