@@ -52,6 +52,11 @@ class ServerSettings(BaseSettings):
     worker_threads: int | None = Field(
         default=None, ge=1, le=256, description="Threads for CPU-bound node work; default: cores / workers."
     )
+    request_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="A request's deadline unless it sends X-Request-Timeout-Ms; queued work past it never runs (504).",
+    )
     max_in_flight: int = Field(default=256, ge=1, description="Predictions in progress at once; more get 503.")
     warmup_runs: int = Field(default=5, ge=0, le=1000)
     root_path: str = Field(default="")

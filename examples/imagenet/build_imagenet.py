@@ -2,6 +2,8 @@
 
 Writes, next to this file:
   models/efficientnet_lite0.onnx   the whole network (ONNX, opset 17, dynamic batch)
+  models/embedding.pt              TorchScript: the network up to the pooled features (classifier = Identity)
+  models/classifier.pt             TorchScript: the classifier head (1280 features -> 1000 logits)
   labels.txt                       the 1000 ImageNet class names, in class-id order
   samples/cat.jpg                  skimage's "chelsea" photo as JPEG (also copied to the repo root)
   golden.json                      the reference probabilities for the cat: this script's own preprocessing
@@ -90,6 +92,21 @@ def export_onnx(network: Any, path: Path) -> None:
         )
 
 
+def export_torchscript(network: Any, models: Path) -> None:
+    """The network split in two: ``embedding`` (pooled 1280 features) and the ``classifier`` head."""
+    import copy
+
+    import torch
+
+    embedding = copy.deepcopy(network)
+    head = embedding._fc
+    embedding._fc = torch.nn.Identity()
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")  # torch 2.13 deprecates TorchScript; the runtime for it is what we serve
+        torch.jit.trace(embedding.eval(), torch.zeros(1, 3, 224, 224)).save(str(models / "embedding.pt"))  # type: ignore[no-untyped-call]
+        torch.jit.trace(head.eval(), torch.zeros(1, 1280)).save(str(models / "classifier.pt"))  # type: ignore[no-untyped-call]
+
+
 def build(out_dir: Path = HERE) -> None:
     import torch
 
@@ -101,6 +118,7 @@ def build(out_dir: Path = HERE) -> None:
     names = labels()
     (out_dir / "labels.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
     export_onnx(network, out_dir / "models" / "efficientnet_lite0.onnx")
+    export_torchscript(network, out_dir / "models")
     with torch.inference_mode():
         probabilities = torch.softmax(network(torch.from_numpy(reference_preprocess(jpeg))), dim=1)[0].numpy()
     (out_dir / "golden.json").write_text(json.dumps([round(float(p), 7) for p in probabilities]) + "\n")

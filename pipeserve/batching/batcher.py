@@ -6,25 +6,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pipeserve.batching.policy import BatchPolicy
-from pipeserve.errors import NotReady, Overloaded
+from pipeserve.batching.policy import ArrivalRate, BatchPolicy, LatencyModel
+from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+BatchFn = Callable[[list[T]], Awaitable[list[R]]]
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Pending(Generic[T, R]):
-    item: T
-    size: int
-    future: asyncio.Future[R]
-    enqueued_s: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +27,37 @@ class BatchInfo:
 
     batch_id: int
     size: int
+    items: int
     queue_wait_s: float
     run_s: float
+    worker: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Traced(Generic[R]):
+    """An item's result with the batch it ran in and how long it waited in the queue."""
+
+    result: R
+    batch: BatchInfo
+    queue_wait_s: float
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T, R]):
+    item: T
+    size: int
+    future: asyncio.Future[tuple[R, BatchInfo, float]]
+    deadline_s: float | None
+    enqueued_s: float = field(default_factory=time.monotonic)
 
 
 class Batcher(Generic[T, R]):
     """Runs ``fn`` over batches of submitted items; every caller gets its own result or the batch's error.
 
-    ``fn`` takes a list of items and returns a list of results of the same length and order. Items can
-    count as several rows (``size_of``), so a request carrying 3 rows fills 3 of ``max_batch_size``.
+    ``fn`` takes a list of items and returns a list of results of the same length and order; pass one ``fn``
+    per worker (a sequence) to bind each worker to its own model replica. Items can count as several rows
+    (``size_of``), so a request carrying 3 rows fills 3 of ``max_batch_size``. FIFO: items run in the order
+    they were submitted; an item whose caller went away or whose deadline passed is dropped before it runs.
 
     Example:
         >>> async def double(xs: list[int]) -> list[int]:
@@ -55,24 +71,28 @@ class Batcher(Generic[T, R]):
 
     def __init__(
         self,
-        fn: Callable[[list[T]], Awaitable[list[R]]],
+        fn: BatchFn[T, R] | Sequence[BatchFn[T, R]],
         policy: BatchPolicy,
         *,
         name: str = "batcher",
         size_of: Callable[[T], int] | None = None,
         on_batch: Callable[[BatchInfo], None] | None = None,
     ) -> None:
-        self._fn = fn
+        fns = list(fn) if isinstance(fn, Sequence) else [fn] * policy.workers
+        if len(fns) != policy.workers:
+            raise ValueError(f"{name}: {len(fns)} batch functions for {policy.workers} workers; give one per worker")
+        self._fns = fns
         self.policy = policy
         self.name = name
         self._size_of = size_of
         self._on_batch = on_batch
         self._queue: deque[_Pending[T, R]] = deque()
-        self._queued_rows = 0
         self._wakeup: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._batch_counter = 0
         self._closing = False
+        self.latency = LatencyModel()
+        self._arrivals = ArrivalRate()
 
     async def __aenter__(self) -> Batcher[T, R]:
         await self.start()
@@ -93,7 +113,7 @@ class Batcher(Generic[T, R]):
         self._closing = False
         self._wakeup = asyncio.Event()
         self._workers = [
-            asyncio.create_task(self._work(), name=f"{self.name}-worker-{i}") for i in range(self.policy.workers)
+            asyncio.create_task(self._work(i), name=f"{self.name}-worker-{i}") for i in range(self.policy.workers)
         ]
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -111,15 +131,27 @@ class Batcher(Generic[T, R]):
             entry = self._queue.popleft()
             if not entry.future.done():
                 entry.future.set_exception(NotReady(f"{self.name} stopped before this request ran"))
-        self._queued_rows = 0
 
-    async def submit(self, item: T) -> R:
+    async def submit(self, item: T, *, deadline_s: float | None = None) -> R:
         """Queue ``item`` and wait for its result.
+
+        ``deadline_s`` is a ``time.monotonic()`` instant: if the item is still queued then, it never runs and
+        the caller gets ``DeadlineExceeded``.
 
         Raises:
             Overloaded: the queue is full; retry later.
             NotReady: the batcher is not running.
+            DeadlineExceeded: the deadline passed while the item waited.
         """
+        result, _, _ = await self._enqueue(item, deadline_s)
+        return result
+
+    async def submit_traced(self, item: T, *, deadline_s: float | None = None) -> Traced[R]:
+        """``submit``, also returning the batch the item ran in and its own queue wait."""
+        result, info, wait_s = await self._enqueue(item, deadline_s)
+        return Traced(result, info, wait_s)
+
+    def _enqueue(self, item: T, deadline_s: float | None) -> asyncio.Future[tuple[R, BatchInfo, float]]:
         if self._wakeup is None or self._closing:
             raise NotReady(f"{self.name} is not running")
         if len(self._queue) >= self.policy.max_queue_size:
@@ -127,17 +159,18 @@ class Batcher(Generic[T, R]):
                 f"{self.name} queue is full ({self.policy.max_queue_size} waiting)", retry_after_s=self._retry_after_s()
             )
         size = self._size_of(item) if self._size_of is not None else 1
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(item, size, future))
-        self._queued_rows += size
+        future: asyncio.Future[tuple[R, BatchInfo, float]] = asyncio.get_running_loop().create_future()
+        entry = _Pending(item, size, future, deadline_s)
+        self._queue.append(entry)
+        self._arrivals.arrived(entry.enqueued_s)
         self._wakeup.set()
-        return await future
+        return future
 
     def _retry_after_s(self) -> float:
         return max(1.0, round(self.policy.max_wait_s * 4, 1))
 
-    async def _work(self) -> None:
-        assert self._wakeup is not None
+    async def _work(self, worker: int) -> None:
+        assert self._wakeup is not None  # start() sets it
         while True:
             while not self._queue:
                 if self._closing:
@@ -146,38 +179,56 @@ class Batcher(Generic[T, R]):
                 await self._wakeup.wait()
             batch = await self._collect()
             if batch:
-                await self._run(batch)
+                await self._run(batch, worker)
 
-    async def _collect(self) -> list[_Pending[T, R]]:
-        """Take a batch: what is queued now, and when ``max_wait_s`` > 0, what arrives until the first item's
-        wait is up or the batch is full."""
-        policy = self.policy
-        batch: list[_Pending[T, R]] = []
-        rows = 0
-        deadline: float | None = None
-        while rows < policy.max_batch_size:
-            if not self._queue:
-                if policy.max_wait_s <= 0 or deadline is None or self._closing:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not await self._wait_for_more(remaining):
-                    break
-                continue
+    def _take(self, batch: list[_Pending[T, R]], rows: int) -> int:
+        """Move queued items into ``batch`` while they fit; drop the ones nobody waits for. Returns rows."""
+        now = time.monotonic()
+        while self._queue and rows < self.policy.max_batch_size:
             entry = self._queue[0]
-            if batch and rows + entry.size > policy.max_batch_size:
+            if batch and rows + entry.size > self.policy.max_batch_size:
                 break
             self._queue.popleft()
-            self._queued_rows -= entry.size
-            if entry.future.done():  # the caller went away (cancelled): drop it before it costs anything
+            if entry.future.done():  # the caller went away (cancelled, disconnected): drop it before it costs
                 continue
-            if deadline is None:
-                deadline = entry.enqueued_s + policy.max_wait_s
+            if entry.deadline_s is not None and now >= entry.deadline_s:
+                waited = now - entry.enqueued_s
+                entry.future.set_exception(
+                    DeadlineExceeded(
+                        f"the request's deadline passed after {waited * 1000:.0f} "
+                        f"ms in {self.name}'s queue; it did not run"
+                    )
+                )
+                continue
             batch.append(entry)
             rows += entry.size
+        return rows
+
+    async def _collect(self) -> list[_Pending[T, R]]:
+        """Take a batch: what is queued now and, when the policy says waiting pays, what arrives soon."""
+        policy = self.policy
+        batch: list[_Pending[T, R]] = []
+        rows = self._take(batch, 0)
+        if not batch or policy.max_wait_s <= 0:
+            return batch
+        deadline = batch[0].enqueued_s + policy.max_wait_s
+        while rows < policy.max_batch_size and not self._closing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if policy.mode == "adaptive":
+                gap = self._arrivals.expected_gap_s()
+                # Waiting for the next request delays everyone queued by ~gap; its joining saves this much compute.
+                if gap is None or gap >= self.latency.saving_s(rows) or gap >= remaining:
+                    break
+                remaining = min(remaining, 2 * gap)
+            if not await self._wait_for_more(remaining):
+                break
+            rows = self._take(batch, rows)
         return batch
 
     async def _wait_for_more(self, timeout_s: float) -> bool:
-        assert self._wakeup is not None
+        assert self._wakeup is not None  # start() sets it
         self._wakeup.clear()
         try:
             await asyncio.wait_for(self._wakeup.wait(), timeout_s)
@@ -185,11 +236,13 @@ class Batcher(Generic[T, R]):
             return False
         return True
 
-    async def _run(self, batch: list[_Pending[T, R]]) -> None:
+    async def _run(self, batch: list[_Pending[T, R]], worker: int) -> None:
         self._batch_counter += 1
+        batch_id = self._batch_counter
         started = time.monotonic()
+        rows = sum(entry.size for entry in batch)
         try:
-            results = await self._fn([entry.item for entry in batch])
+            results = await self._fns[worker]([entry.item for entry in batch])
             if len(results) != len(batch):
                 raise RuntimeError(
                     f"{self.name}: batch function returned {len(results)} results for {len(batch)} items"
@@ -199,18 +252,18 @@ class Batcher(Generic[T, R]):
             raise
         except Exception as exc:  # noqa: BLE001 - the error belongs to every caller of this batch
             _fail(batch, exc)
-        else:
-            for entry, result in zip(batch, results, strict=True):
-                if not entry.future.done():
-                    entry.future.set_result(result)
-        finally:
-            if self._on_batch is not None:
-                wait = started - min(entry.enqueued_s for entry in batch)
-                rows = sum(entry.size for entry in batch)
-                try:
-                    self._on_batch(BatchInfo(self._batch_counter, rows, wait, time.monotonic() - started))
-                except Exception:
-                    logger.exception("%s: on_batch callback failed", self.name)
+            return
+        run_s = time.monotonic() - started
+        self.latency.observe(rows, run_s)
+        info = BatchInfo(batch_id, rows, len(batch), started - batch[0].enqueued_s, run_s, worker)
+        for entry, result in zip(batch, results, strict=True):
+            if not entry.future.done():
+                entry.future.set_result((result, info, started - entry.enqueued_s))
+        if self._on_batch is not None:
+            try:
+                self._on_batch(info)
+            except Exception:
+                logger.exception("%s: on_batch callback failed", self.name)
 
 
 def _fail(batch: list[_Pending[T, R]], exc: BaseException) -> None:

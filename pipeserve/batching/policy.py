@@ -1,8 +1,12 @@
-"""How a batcher groups work. Pure values; no I/O."""
+"""How a batcher groups work, and what it learns about batch cost. Pure values and arithmetic; no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+BatchMode = Literal["fixed", "adaptive"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +19,9 @@ class BatchPolicy:
             queued the moment a worker is free, so an idle server adds no delay and a busy one batches.
         max_queue_size: items waiting beyond this are refused (``Overloaded``), never queued unbounded.
         workers: batches that may run at once (model replicas / engine threads).
+        mode: ``fixed`` waits up to ``max_wait_s`` for a full batch; ``adaptive`` waits only while the next
+            request is expected sooner than the compute its joining would save (learned from the batches run),
+            never longer than ``max_wait_s``.
 
     Example:
         >>> BatchPolicy(max_batch_size=32, max_wait_s=0.002).is_batching
@@ -25,6 +32,7 @@ class BatchPolicy:
     max_wait_s: float = 0.0
     max_queue_size: int = 1024
     workers: int = 1
+    mode: BatchMode = "fixed"
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -35,7 +43,81 @@ class BatchPolicy:
             raise ValueError(f"max_queue_size must be >= 1, got {self.max_queue_size}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.mode not in ("fixed", "adaptive"):
+            raise ValueError(f"mode must be 'fixed' or 'adaptive', got {self.mode!r}")
 
     @property
     def is_batching(self) -> bool:
         return self.max_batch_size > 1
+
+
+@dataclass(slots=True)
+class LatencyModel:
+    """Batch run time as a function of batch size, learned from the batches observed.
+
+    Each observed size keeps an exponential moving average; sizes not seen yet are estimated by a least-squares
+    line through the seen ones (or, with one size seen, as proportional to the size: no saving assumed).
+
+    Example:
+        >>> model = LatencyModel()
+        >>> for _ in range(5):
+        ...     model.observe(1, 0.010); model.observe(8, 0.024)
+        >>> round(model.estimate(4) * 1000, 1)
+        16.0
+        >>> round(model.saving_s(1) * 1000, 1)   # a 2nd request joining a batch of 1 saves 8 ms of compute
+        8.0
+    """
+
+    alpha: float = 0.2
+    _by_size: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, size: int, seconds: float) -> None:
+        if size < 1 or not math.isfinite(seconds) or seconds < 0:
+            return
+        old = self._by_size.get(size)
+        self._by_size[size] = seconds if old is None else old + self.alpha * (seconds - old)
+
+    @property
+    def sizes_seen(self) -> int:
+        return len(self._by_size)
+
+    def estimate(self, size: int) -> float | None:
+        """Seconds a batch of ``size`` rows takes, or ``None`` before any batch was seen."""
+        if size in self._by_size:
+            return self._by_size[size]
+        if not self._by_size:
+            return None
+        if len(self._by_size) == 1:
+            ((seen, seconds),) = self._by_size.items()
+            return seconds * size / seen
+        sizes = list(self._by_size)
+        times = list(self._by_size.values())
+        mean_x, mean_y = sum(sizes) / len(sizes), sum(times) / len(times)
+        var = sum((x - mean_x) ** 2 for x in sizes)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, times, strict=True)) / var
+        return max(0.0, mean_y + slope * (size - mean_x))
+
+    def saving_s(self, size: int) -> float:
+        """Compute saved when one more row joins a batch of ``size`` instead of running alone later."""
+        one, now, more = self.estimate(1), self.estimate(size), self.estimate(size + 1)
+        if one is None or now is None or more is None:
+            return 0.0
+        return max(0.0, one - (more - now))
+
+
+@dataclass(slots=True)
+class ArrivalRate:
+    """Expected gap between arrivals: an exponential moving average of the observed gaps."""
+
+    alpha: float = 0.1
+    _last_s: float | None = None
+    _gap_s: float | None = None
+
+    def arrived(self, now_s: float) -> None:
+        if self._last_s is not None:
+            gap = max(0.0, now_s - self._last_s)
+            self._gap_s = gap if self._gap_s is None else self._gap_s + self.alpha * (gap - self._gap_s)
+        self._last_s = now_s
+
+    def expected_gap_s(self) -> float | None:
+        return self._gap_s

@@ -16,6 +16,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
@@ -66,6 +67,27 @@ class Metrics:
             "pipeserve_node_errors",
             "Errors raised by pipeline nodes.",
             ["pipeline", "node"],
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "pipeserve_batch_size",
+            "Rows per batch run by a model's batcher.",
+            ["pipeline", "model"],
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_queue_wait = Histogram(
+            "pipeserve_batch_queue_wait_seconds",
+            "How long the oldest request of each batch waited in the queue.",
+            ["pipeline", "model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.batch_run = Histogram(
+            "pipeserve_batch_run_seconds",
+            "How long each batch took to run (engine time, thread hop included).",
+            ["pipeline", "model"],
+            buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
         self.ready = Gauge(

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pipeserve.batching import BatchPolicy
-from pipeserve.errors import InvalidInput, NodeFailed, PipeserveError, SpecError
+from pipeserve.errors import InvalidInput, NodeFailed, NotFound, PipeserveError, SpecError
+from pipeserve.pipeline.context import request_params
+from pipeserve.pipeline.graph import DEFAULT_ENDPOINT, INPUT
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.nodes import HandlerNode, ModelNode, StepNode
 from pipeserve.pipeline.spec import NodeSpec
 from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
+from pipeserve.runtimes.devices import assign_devices
 from pipeserve.runtimes.registry import runtime_class
 from pipeserve.types import Activity
 
@@ -54,8 +58,20 @@ class _AsyncSegment:
     node: Node
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one endpoint runs: its segments in order, and where each segment's input comes from."""
+
+    endpoint: str
+    target: str
+    segments: tuple[_SyncSegment | _AsyncSegment, ...]
+    sources: tuple[tuple[str, ...], ...]
+    keys: tuple[tuple[str, ...] | None, ...]
+    is_chain: bool
+
+
 class Pipeline:
-    """A spec compiled into runnable nodes.
+    """A spec compiled into runnable nodes, with one plan per endpoint.
 
     Example:
         >>> pipeline = Pipeline.compile(load_spec("examples/iris"))  # doctest: +SKIP
@@ -66,11 +82,12 @@ class Pipeline:
     def __init__(self, loaded: LoadedSpec, nodes: list[Node], *, worker_threads: int | None = None) -> None:
         self.loaded = loaded
         self.name = loaded.spec.name
+        self.graph = loaded.graph
         self.nodes = {node.name: node for node in nodes}
-        self._order = [self.nodes[name] for name in loaded.plan.order]
+        self._order = list(self.nodes.values())
         self._worker_threads = worker_threads or default_worker_threads()
         self._executor: ThreadPoolExecutor | None = None
-        self._segments: list[_SyncSegment | _AsyncSegment] = []
+        self._plans: dict[str, _Plan] = {}
         self.observer: NodeObserver | None = None
         self._active = 0
         #: Requests the transport is serving; when set, "idle" means no other request has even arrived.
@@ -87,15 +104,20 @@ class Pipeline:
             SpecError: a handler is unimportable, a step or runtime unknown, or a parameter invalid.
         """
         file = str(loaded.path)
-        reachable = set(loaded.plan.order)
+        unreachable = set(loaded.graph.unreachable)
         # Every node is compiled, so that a typo in an unreachable node is still an error; only reachable ones run.
         compiled = [_compile_node(loaded, spec, file) for spec in loaded.spec.nodes]
-        nodes = [node for node in compiled if node.name in reachable]
+        nodes = [node for node in compiled if node.name not in unreachable]
         return cls(loaded, nodes, worker_threads=worker_threads)
 
     @property
     def models(self) -> list[ModelNode]:
         return [node for node in self._order if isinstance(node, ModelNode)]
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Endpoint name -> the node whose output it answers (``predict`` is always there)."""
+        return dict(self.graph.endpoints)
 
     async def start(self) -> None:
         """Load every node (models and handlers, in worker threads) and start the batchers."""
@@ -116,17 +138,50 @@ class Pipeline:
             logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
         for model in self.models:
             await model.start()
-        self._segments = _segment(self._order)
+        self._plans = self._build_plans()
 
     def finish_warm_up(self) -> None:
         """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
         for model in self.models:
             model.settle_execution()
         self._warming = False
-        segments = _segment(self._order)
-        if self._single_core:
-            segments = [self._idle_inline(s) if isinstance(s, _SyncSegment) and not s.inline else s for s in segments]
-        self._segments = segments
+        self._plans = self._build_plans()
+
+    def _build_plans(self) -> dict[str, _Plan]:
+        return {endpoint: self._build_plan(endpoint, order) for endpoint, order in self.graph.plans.items()}
+
+    def _build_plan(self, endpoint: str, order: tuple[str, ...]) -> _Plan:
+        graph = self.graph
+        consumers = graph.consumers(order)
+        segments: list[_SyncSegment | _AsyncSegment] = []
+        run: list[Node] = []
+
+        def flush() -> None:
+            if run:
+                segment = _SyncSegment(tuple(run), inline=all(n.runs_inline for n in run))
+                if self._single_core and not segment.inline and not self._warming:
+                    segment = self._idle_inline(segment)
+                segments.append(segment)
+                run.clear()
+
+        for name in order:
+            node = self.nodes[name]
+            if node.is_async:
+                flush()
+                segments.append(_AsyncSegment(node))
+                continue
+            joins = bool(run) and graph.deps[name] == (run[-1].name,) and consumers[run[-1].name] == 1
+            if not joins:
+                flush()
+            run.append(node)
+        flush()
+        firsts = [s.nodes[0].name if isinstance(s, _SyncSegment) else s.node.name for s in segments]
+        sources = tuple(graph.deps[name] for name in firsts)
+        keys = tuple(graph.keys[name] for name in firsts)
+        lasts = [s.nodes[-1].name if isinstance(s, _SyncSegment) else s.node.name for s in segments]
+        expected = [(INPUT,), *[(last,) for last in lasts[:-1]]]
+        is_chain = list(sources) == expected and all(k is None for k in keys)
+        return _Plan(endpoint, order[-1], tuple(segments), sources, keys, is_chain)
 
     def _idle_inline(self, segment: _SyncSegment) -> _SyncSegment:
         times = self._segment_times.get(tuple(node.name for node in segment.nodes), [])
@@ -142,29 +197,53 @@ class Pipeline:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    async def run(self, value: Any) -> Any:
-        """Run one request's decoded input through the nodes and return the last node's output.
+    async def run(
+        self, value: Any, *, endpoint: str = DEFAULT_ENDPOINT, params: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Run one request's decoded input through the nodes ``endpoint`` needs; return its node's output.
+
+        ``params`` (e.g. a query's ``k``) reach the steps through ``request_params``.
 
         Raises:
+            NotFound: no such endpoint.
             InvalidInput: a node found the input unusable (its message says why).
             NodeFailed: a node raised; ``.node`` names it and the cause is chained.
             PipeserveError: overload, deadlines, not ready.
         """
-        loop = asyncio.get_running_loop()
+        plan = self._plans.get(endpoint)
+        if plan is None:
+            raise NotFound(f"pipeline {self.name!r} has no endpoint {endpoint!r} (it has: {', '.join(self._plans)})")
+        token = request_params.set(params) if params else None
         self._active += 1
         try:
-            for segment in self._segments:
-                if isinstance(segment, _SyncSegment):
-                    if segment.inline or (segment.inline_when_idle and await self._is_alone_after_yield()):
-                        value = self._run_sync(segment.nodes, value)
-                    else:
-                        run = self._run_sync_timed if self._warming else self._run_sync
-                        value = await loop.run_in_executor(self._executor, run, segment.nodes, value)
-                else:
-                    value = await self._run_async(segment.node, value)
-            return value
+            if plan.is_chain:
+                for segment in plan.segments:
+                    value = await self._run_segment(segment, value)
+                return value
+            values: dict[str, Any] = {INPUT: value}
+            for segment, sources, keys in zip(plan.segments, plan.sources, plan.keys, strict=True):
+                given = (
+                    values[sources[0]] if keys is None else dict(zip(keys, (values[s] for s in sources), strict=True))
+                )
+                last = segment.nodes[-1] if isinstance(segment, _SyncSegment) else segment.node
+                values[last.name] = await self._run_segment(segment, given)
+            return values[plan.target]
         finally:
             self._active -= 1
+            if token is not None:
+                request_params.reset(token)
+
+    async def _run_segment(self, segment: _SyncSegment | _AsyncSegment, value: Any) -> Any:
+        if isinstance(segment, _AsyncSegment):
+            return await self._run_async(segment.node, value)
+        if segment.inline or (segment.inline_when_idle and await self._is_alone_after_yield()):
+            return self._run_sync(segment.nodes, value)
+        run = self._run_sync_timed if self._warming else self._run_sync
+        if request_params.get():  # worker threads do not inherit context variables: carry them over
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, contextvars.copy_context().run, run, segment.nodes, value
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run, segment.nodes, value)
 
     async def _is_alone_after_yield(self) -> bool:
         if not self._is_alone():
@@ -220,18 +299,21 @@ class Pipeline:
     def describe(self) -> list[dict[str, Any]]:
         return [node.describe() for node in self._order]
 
-    def execution_plan(self) -> list[dict[str, Any]]:
-        """How the nodes are grouped and where each group runs, for metadata and logs."""
-        plan = []
-        for segment in self._segments:
-            if isinstance(segment, _SyncSegment):
-                where = "event loop" if segment.inline else "worker thread"
-                if segment.inline_when_idle:
-                    where += " (event loop when it is the only request in progress: single core)"
-                plan.append({"nodes": [n.name for n in segment.nodes], "runs_in": where})
-            else:
-                plan.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})
-        return plan
+    def execution_plan(self) -> dict[str, list[dict[str, Any]]]:
+        """Per endpoint: how the nodes are grouped and where each group runs, for metadata and logs."""
+        plans: dict[str, list[dict[str, Any]]] = {}
+        for endpoint, plan in self._plans.items():
+            groups = []
+            for segment in plan.segments:
+                if isinstance(segment, _SyncSegment):
+                    where = "event loop" if segment.inline else "worker thread"
+                    if segment.inline_when_idle:
+                        where += " (event loop when it is the only request in progress: single core)"
+                    groups.append({"nodes": [n.name for n in segment.nodes], "runs_in": where})
+                else:
+                    groups.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})
+            plans[endpoint] = groups
+        return plans
 
 
 def available_cores() -> int:
@@ -249,25 +331,6 @@ def default_worker_threads(workers: int = 1) -> int:
     than cores only interleave requests, which makes each slower and evicts the model from the cache.
     """
     return max(1, available_cores() // max(1, workers))
-
-
-def _segment(order: list[Node]) -> list[_SyncSegment | _AsyncSegment]:
-    segments: list[_SyncSegment | _AsyncSegment] = []
-    run: list[Node] = []
-
-    def flush() -> None:
-        if run:
-            segments.append(_SyncSegment(tuple(run), inline=all(n.runs_inline for n in run)))
-            run.clear()
-
-    for node in order:
-        if node.is_async:
-            flush()
-            segments.append(_AsyncSegment(node))
-        else:
-            run.append(node)
-    flush()
-    return segments
 
 
 def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
@@ -289,31 +352,39 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
     extra = dict(meta.options)
     if meta.runtime == "python" and meta.handler_module is not None:
         extra.setdefault("class", meta.handler_module)
-    options = RuntimeOptions(
-        artifact=loaded.resolve(meta.artifact) if meta.artifact else None,
-        device=meta.device,
-        intra_op_threads=meta.intra_op_threads,
-        inter_op_threads=meta.inter_op_threads,
-        extra=extra,
-        base_dir=loaded.base_dir,
-    )
+    devices = assign_devices(meta.devices or [meta.device], meta.replicas)
+    replicas = [
+        runtime_cls(
+            RuntimeOptions(
+                artifact=loaded.resolve(meta.artifact) if meta.artifact else None,
+                device=device,
+                intra_op_threads=meta.intra_op_threads,
+                inter_op_threads=meta.inter_op_threads,
+                extra=extra,
+                base_dir=loaded.base_dir,
+            )
+        )
+        for device in devices
+    ]
     batching = spec.batching
     policy = (
         BatchPolicy(
             max_batch_size=batching.max_batch_size,
             max_wait_s=batching.max_latency_ms / 1000.0,
             max_queue_size=batching.max_queue_size,
-            workers=batching.workers,
+            workers=meta.replicas,
+            mode=batching.mode,
         )
         if batching is not None
-        else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=1)
+        else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=meta.replicas)
     )
     return ModelNode(
         spec.name,
-        runtime_cls(options),
+        replicas,
         policy,
         version=meta.version,
         outputs=meta.outputs,
         pipeline=loaded.spec.name,
         execution=meta.execution,
+        queued=batching is not None,
     )

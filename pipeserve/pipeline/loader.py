@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipeserve.errors import SpecError
-from pipeserve.pipeline.graph import ExecutionPlan, plan_chain
+from pipeserve.pipeline.graph import ExecutionPlan, Graph, build_graph
 from pipeserve.pipeline.spec import PipelineSpec, SpecFile
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,7 @@ class LoadedSpec:
     path: Path
     spec: PipelineSpec
     plan: ExecutionPlan
+    graph: Graph
     labels: tuple[str, ...] | None
     warnings: tuple[str, ...] = field(default=())
 
@@ -75,16 +76,18 @@ def load_spec(path: str | Path) -> LoadedSpec:
     except ValidationError as exc:
         raise _spec_error(exc, raw, file) from exc
     spec = parsed.pipeline
-    plan = plan_chain(spec.nodes, spec.start_node_name, file=str(file))
+    graph = build_graph(spec.nodes, spec.start_node_name, output=spec.output, endpoints=spec.endpoints, file=str(file))
+    plan = ExecutionPlan(order=graph.plans["predict"], unreachable=graph.unreachable)
+    start = spec.start_node_name or spec.nodes[0].name
     warnings = [
-        f"{file}: node {name!r} is unreachable from start node {plan.order[0]!r}; it will never run"
+        f"{file}: node {name!r} is unreachable from start node {start!r} (no endpoint needs it); it will never run"
         for name in plan.unreachable
     ]
     for message in warnings:
         logger.warning(message)
-    loaded = LoadedSpec(path=file, spec=spec, plan=plan, labels=None, warnings=tuple(warnings))
+    loaded = LoadedSpec(path=file, spec=spec, plan=plan, graph=graph, labels=None, warnings=tuple(warnings))
     _check_files(loaded)
-    return LoadedSpec(path=file, spec=spec, plan=plan, labels=_labels(loaded), warnings=tuple(warnings))
+    return LoadedSpec(path=file, spec=spec, plan=plan, graph=graph, labels=_labels(loaded), warnings=tuple(warnings))
 
 
 def _spec_error(exc: ValidationError, raw: Any, file: Path) -> SpecError:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
+import itertools
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -16,6 +19,7 @@ import numpy as np
 from pipeserve.batching import Batcher, BatchPolicy
 from pipeserve.batching.batcher import BatchInfo
 from pipeserve.errors import InvalidInput, NotReady, SpecError
+from pipeserve.pipeline.context import request_annotations, request_deadline
 from pipeserve.pipeline.handlers import HandlerContext, HandlerFactory
 from pipeserve.pipeline.steps import Step
 from pipeserve.runtimes import Runtime
@@ -86,12 +90,13 @@ class HandlerNode:
 
 
 class ModelNode:
-    """A model runtime, behind a batcher when batching is configured.
+    """A model: one runtime per replica, behind a batcher when batching is configured.
 
     The node's input is one request's tensor (or dict of named tensors) with a leading batch dimension.
-    With batching, the batcher concatenates requests along it, runs the engine in a worker thread (or on the
-    loop for tiny models), and splits the outputs. Without batching the node is a plain sync step: it runs in
-    the same worker-thread hop as the preprocessing around it, so a request costs one hop, not three.
+    With batching, the batcher concatenates requests along it, runs a replica's engine in a worker thread (or
+    on the loop for tiny models), and splits the outputs; each replica runs one batch at a time. Without
+    batching the node is a plain sync step: it runs in the same worker-thread hop as the preprocessing
+    around it, so a request costs one hop, not three; replicas then take requests in turn.
     """
 
     kind: NodeKind = "model"
@@ -99,16 +104,22 @@ class ModelNode:
     def __init__(
         self,
         name: str,
-        runtime: Runtime,
+        runtimes: Runtime | list[Runtime],
         policy: BatchPolicy,
         *,
         version: str = "1",
         outputs: list[str] | None = None,
         pipeline: str = "",
         execution: Execution = "auto",
+        queued: bool | None = None,
     ) -> None:
         self.name = name
-        self.runtime = runtime
+        #: Requests go through a batcher's queue (FIFO, bounded, deadlines) even at max_batch_size 1.
+        self.queued = policy.is_batching if queued is None else queued
+        self.replicas = runtimes if isinstance(runtimes, list) else [runtimes]
+        if not self.replicas:
+            raise ValueError(f"model {name!r} needs at least one replica")
+        self.runtime = self.replicas[0]
         self.policy = policy
         self.version = version
         self._selected = outputs
@@ -118,24 +129,30 @@ class ModelNode:
         self._input_names: list[str] = []
         self._casts: dict[str, np.dtype[Any]] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
-        self.on_batch: Any = None
+        self.on_batch: Callable[[ModelNode, BatchInfo], None] | None = None
         self.execution: Execution = execution
         self.runs_on_loop = execution == "inline"
         self._recent_run_s: deque[float] = deque(maxlen=32)
-        self._lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in self.replicas]
+        self._turn = itertools.count()
         self._last_inputs: TensorDict | None = None  # one real input, kept for timing the model after warm-up
 
     @property
     def is_async(self) -> bool:
-        """Batched models are awaited (through their batcher); unbatched ones are called like sync steps."""
-        return self.policy.is_batching
+        """Queued models are awaited (through their batcher); the others are called like sync steps."""
+        return self.queued
 
     @property
     def runs_inline(self) -> bool:
         return self.runs_on_loop
 
+    @property
+    def batcher(self) -> Batcher[TensorDict, TensorDict] | None:
+        return self._batcher
+
     def load(self) -> None:
-        self.runtime.load()
+        for replica in self.replicas:
+            replica.load()
         signature = self.runtime.signature
         self._input_names = [spec.name for spec in signature.inputs]
         for spec in signature.inputs:
@@ -155,13 +172,11 @@ class ModelNode:
             )
 
     async def start(self) -> None:
-        if not self.policy.is_batching:
+        if not self.queued:
             return
-        workers = self.policy.workers if self.runtime.is_thread_safe else 1
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{self.name}")
-        self._batcher = Batcher(
-            self._run_batch, self.policy, name=f"model {self.name!r}", size_of=_rows, on_batch=self._batch_done
-        )
+        self._executor = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix=f"model-{self.name}")
+        fns = [functools.partial(self._run_batch, replica=i) for i in range(len(self.replicas))]
+        self._batcher = Batcher(fns, self.policy, name=f"model {self.name!r}", size_of=_rows, on_batch=self._batch_done)
         await self._batcher.start()
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -169,7 +184,8 @@ class ModelNode:
             await self._batcher.stop(grace_s)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        self.runtime.unload()
+        for replica in self.replicas:
+            replica.unload()
 
     def settle_execution(self) -> None:
         """After warm-up: with ``execution: auto``, run on the loop when a batch of one takes under ``INLINE_BELOW_S``.
@@ -181,7 +197,7 @@ class ModelNode:
             return
         if min(self._recent_run_s) < 10 * INLINE_BELOW_S and self._last_inputs is not None:
             for _ in range(20):
-                self._predict_timed(self._last_inputs)
+                self._predict_timed(self._last_inputs, 0)
         typical = min(self._recent_run_s)
         self.runs_on_loop = typical < INLINE_BELOW_S
         logger.info(
@@ -191,21 +207,23 @@ class ModelNode:
             "on the event loop" if self.runs_on_loop else "in a worker thread",
         )
 
-    def _predict_timed(self, inputs: TensorDict) -> TensorDict:
+    def _predict_timed(self, inputs: TensorDict, replica: int) -> TensorDict:
+        runtime = self.replicas[replica]
         started = time.perf_counter()
-        if self.runtime.is_thread_safe:
-            outputs = self.runtime.predict(inputs)
+        if runtime.is_thread_safe:
+            outputs = runtime.predict(inputs)
         else:
-            with self._lock:
-                outputs = self.runtime.predict(inputs)
+            with self._locks[replica]:
+                outputs = runtime.predict(inputs)
         self._recent_run_s.append(time.perf_counter() - started)
         if self._last_inputs is None:
             self._last_inputs = inputs
         return outputs
 
     def call(self, value: Any) -> Any:
-        """Run one request's input unbatched (in the caller's thread)."""
-        return self._select(self._predict_timed(self._inputs(value)))
+        """Run one request's input unbatched (in the caller's thread), on the next replica in turn."""
+        replica = next(self._turn) % len(self.replicas) if len(self.replicas) > 1 else 0
+        return self._select(self._predict_timed(self._inputs(value), replica))
 
     def _batch_done(self, info: BatchInfo) -> None:
         if self.on_batch is not None:
@@ -214,7 +232,15 @@ class ModelNode:
     async def acall(self, value: Any) -> Any:
         if self._batcher is None:
             raise NotReady(f"model {self.name!r} is not started")
-        return self._select(await self._batcher.submit(self._inputs(value)))
+        traced = await self._batcher.submit_traced(self._inputs(value), deadline_s=request_deadline.get())
+        annotations = request_annotations.get()
+        if annotations is not None:
+            annotations.setdefault("batches", {})[self.name] = {
+                "batch_id": traced.batch.batch_id,
+                "batch_size": traced.batch.size,
+                "queue_wait_ms": round(traced.queue_wait_s * 1000, 3),
+            }
+        return self._select(traced.result)
 
     def _select(self, outputs: TensorDict) -> Any:
         if self._selected is None:
@@ -257,15 +283,17 @@ class ModelNode:
                 )
         return tensors
 
-    async def _run_batch(self, items: list[TensorDict]) -> list[TensorDict]:
+    async def _run_batch(self, items: list[TensorDict], replica: int = 0) -> list[TensorDict]:
         if len(items) == 1:
             merged = items[0]
         else:
             merged = {name: np.concatenate([item[name] for item in items]) for name in self._input_names}
         if self.runs_on_loop:
-            outputs = self._predict_timed(merged)
+            outputs = self._predict_timed(merged, replica)
         else:
-            outputs = await asyncio.get_running_loop().run_in_executor(self._executor, self._predict_timed, merged)
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._predict_timed, merged, replica
+            )
         if len(items) == 1:
             return [outputs]
         counts = [_rows(item) for item in items]
@@ -279,15 +307,16 @@ class ModelNode:
 
     def describe(self) -> dict[str, Any]:
         info = {"name": self.name, "kind": "model", "version": self.version, **self.runtime.describe()}
+        info["replicas"] = [{"device": replica.options.device} for replica in self.replicas]
         info["execution"] = "event loop" if self.runs_on_loop else "worker thread"
         info["batching"] = (
             {
                 "max_batch_size": self.policy.max_batch_size,
                 "max_latency_ms": self.policy.max_wait_s * 1000,
                 "max_queue_size": self.policy.max_queue_size,
-                "workers": self.policy.workers,
+                "mode": self.policy.mode,
             }
-            if self.policy.is_batching
+            if self.queued
             else None
         )
         return info

@@ -17,11 +17,15 @@ Everything else is optional: model nodes (``model_load_meta.runtime`` + ``artifa
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeserve.runtimes.devices import check_device
+
 _NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+_RESERVED_ENDPOINTS = frozenset({"predict", "test", "label"})
 
 
 class _Strict(BaseModel):
@@ -51,6 +55,10 @@ class ModelLoadMeta(_Strict):
     intra_op_threads: int = Field(default=1, ge=1, le=256)
     inter_op_threads: int = Field(default=1, ge=1, le=256)
     device: str = "cpu"
+    devices: list[str] | None = Field(
+        default=None, description="Devices to spread the replicas over, round-robin (overrides device)."
+    )
+    replicas: int = Field(default=1, ge=1, le=64, description="Copies of the model; each runs one batch at a time.")
     execution: Literal["auto", "thread", "inline"] = Field(
         default="auto",
         description="Where the engine runs: a worker thread, or the event loop for models faster than a thread "
@@ -62,6 +70,18 @@ class ModelLoadMeta(_Strict):
     @classmethod
     def _version_str(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("devices, when given, names at least one device")
+        return None if value is None else [check_device(device) for device in value]
 
     @model_validator(mode="after")
     def _one_kind(self) -> ModelLoadMeta:
@@ -76,9 +96,19 @@ class BatchingSpec(_Strict):
     """Micro-batching for a model node. Off unless given."""
 
     max_batch_size: int = Field(default=32, ge=1, le=65536)
-    max_latency_ms: float = Field(default=0.0, ge=0, le=60_000, description="0 = run what is queued when free.")
-    max_queue_size: int = Field(default=1024, ge=1)
-    workers: int = Field(default=1, ge=1, le=64)
+    max_latency_ms: float = Field(
+        default=0.0,
+        ge=0,
+        le=60_000,
+        description="The most the first request of a batch waits for others; "
+        "0 = run what is queued the moment a replica is free.",
+    )
+    max_queue_size: int = Field(default=1024, ge=1, description="Requests waiting beyond this get 503.")
+    mode: Literal["fixed", "adaptive"] = Field(
+        default="fixed",
+        description="fixed: wait up to max_latency_ms for a full batch. adaptive: wait only while "
+        "the next request is expected sooner than the compute its joining saves (learned), at most max_latency_ms.",
+    )
 
 
 class NodeSpec(_Strict):
@@ -89,7 +119,19 @@ class NodeSpec(_Strict):
     step: str | None = Field(default=None, description="A built-in step, e.g. image.decode, softmax, top_k.")
     params: dict[str, Any] = Field(default_factory=dict, description="Parameters of the step or handler.")
     next: str | None = Field(default=None, description="The node after this one; default: the next node listed.")
+    inputs: list[str] | dict[str, str] | None = Field(
+        default=None,
+        description="Nodes whose outputs this node takes ($input = the request), instead of the node before it: "
+        "one name passes that output, several a dict by node name, a mapping a dict under its keys.",
+    )
     batching: BatchingSpec | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _some_inputs(cls, value: list[str] | dict[str, str] | None) -> list[str] | dict[str, str] | None:
+        if value is not None and len(value) == 0:
+            raise ValueError("inputs, when given, names at least one node (or $input)")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> NodeSpec:
@@ -156,6 +198,26 @@ class PipelineSpec(_Strict):
     labels: list[str] | str | None = Field(default=None, description="Class names, inline or a file (one per line).")
     sample: SampleSpec | None = None
     golden: GoldenSpec | None = None
+    output: str | None = Field(
+        default=None,
+        description="The node whose output POST /predict answers; default: "
+        "the last node of the chain from the start node.",
+    )
+    endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="More prediction endpoints: POST /predict/<name> answers the named node's output.",
+    )
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoint_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name) or name in _RESERVED_ENDPOINTS:
+                raise ValueError(
+                    f"endpoint name {name!r} must be lowercase letters, digits, _ or - (and not one of "
+                    f"{', '.join(sorted(_RESERVED_ENDPOINTS))})"
+                )
+        return value
 
     @field_validator("version", mode="before")
     @classmethod

@@ -7,13 +7,16 @@ import base64
 import enum
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeserve.errors import GoldenCheckFailed, InvalidInput, NotFound, NotReady, Overloaded
+from pipeserve.errors import DeadlineExceeded, GoldenCheckFailed, InvalidInput, NotFound, NotReady, Overloaded
 from pipeserve.pipeline.codec import decode_data, squeeze_single
+from pipeserve.pipeline.context import request_deadline
 from pipeserve.pipeline.executor import Pipeline
+from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
 from pipeserve.pipeline.steps.tensor import lookup_labels
@@ -127,7 +130,8 @@ class InferenceService:
             self.golden_summary = "no sample input configured"
             return
         for _ in range(self._warmup_runs):
-            await self._run(self._sample)
+            for endpoint in self.pipeline.endpoints:  # every endpoint: every model warms up and is timed
+                await self._run(self._sample, endpoint)
         self.pipeline.finish_warm_up()
         value = await self._run(self._sample)
         prediction = self._encode(value)
@@ -144,35 +148,73 @@ class InferenceService:
 
     # -- predictions ---------------------------------------------------------------------------------------------
 
-    async def predict(self, data: Any) -> Any:
-        """The pipeline's output for ``data`` (one request's ``data``), ready for a JSON encoder.
+    async def predict(
+        self,
+        data: Any,
+        endpoint: str = DEFAULT_ENDPOINT,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """The output of ``endpoint`` (``predict``: the pipeline's) for one request's ``data``, ready for JSON.
+
+        ``timeout_s`` is the request's deadline: work still queued when it passes never runs, and the caller
+        gets ``DeadlineExceeded``.
 
         Raises:
-            InvalidInput, NotReady, Overloaded, NodeFailed, DeadlineExceeded.
+            InvalidInput, NotReady, NotFound (no such endpoint), Overloaded, NodeFailed, DeadlineExceeded.
         """
         if self.state is not ServiceState.READY:
             raise NotReady(self.reason)
-        return self._encode(await self._run(data))
+        return self._encode(await self._run(data, endpoint, params, timeout_s))
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Endpoint name -> the node whose output it answers."""
+        return self.pipeline.endpoints
 
     @property
     def in_flight(self) -> int:
         """Predictions started and not yet answered."""
         return self._in_flight
 
-    async def predict_label(self, data: Any) -> Any:
+    async def predict_label(self, data: Any, *, timeout_s: float | None = None) -> Any:
         """The label(s) of the pipeline's output: class names for scores or class ids, text as it is."""
         if self.state is not ServiceState.READY:
             raise NotReady(self.reason)
-        return self._label_of(await self._run(data))
+        return self._label_of(await self._run(data, timeout_s=timeout_s))
 
-    async def _run(self, data: Any) -> Any:
+    @property
+    def has_batching(self) -> bool:
+        """Some model of this pipeline queues requests into batches."""
+        return any(model.queued for model in self.pipeline.models)
+
+    async def _run(
+        self,
+        data: Any,
+        endpoint: str = DEFAULT_ENDPOINT,
+        params: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         if self._in_flight >= self._max_in_flight:
             raise Overloaded(f"the server has {self._in_flight} requests in flight, its limit", retry_after_s=1.0)
         self._in_flight += 1
+        token = request_deadline.set(time.monotonic() + timeout_s) if timeout_s is not None else None
         try:
-            return await self.pipeline.run(decode_data(self.spec.input, data))
+            value = decode_data(self.spec.input, data)
+            if timeout_s is None:
+                return await self.pipeline.run(value, endpoint=endpoint, params=params)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await self.pipeline.run(value, endpoint=endpoint, params=params)
+            except TimeoutError:
+                raise DeadlineExceeded(
+                    f"the request took longer than its deadline of {timeout_s * 1000:.0f} ms"
+                ) from None
         finally:
             self._in_flight -= 1
+            if token is not None:
+                request_deadline.reset(token)
 
     def _encode(self, value: Any) -> Any:
         return squeeze_single(value) if self._batched else value
@@ -237,6 +279,7 @@ class InferenceService:
             "prediction_structure": _structure([1, *out_shape]) if out_shape is not None else None,
             "prediction_sample": golden,
             "labels": len(self._label_text) if self._label_text is not None else None,
+            "endpoints": self.pipeline.endpoints,
             "nodes": self.pipeline.describe(),
             "execution": self.pipeline.execution_plan(),
             "golden_check": self.golden_summary,
@@ -257,8 +300,8 @@ class InferenceService:
 
     def _bind_metrics(self, metrics: Metrics) -> None:
         name = self.spec.name
-        latency = {n: metrics.node_latency.labels(pipeline=name, node=n) for n in self.loaded.plan.order}
-        errors = {n: metrics.node_errors.labels(pipeline=name, node=n) for n in self.loaded.plan.order}
+        latency = {n: metrics.node_latency.labels(pipeline=name, node=n) for n in self.pipeline.nodes}
+        errors = {n: metrics.node_errors.labels(pipeline=name, node=n) for n in self.pipeline.nodes}
 
         def observe(node: str, seconds: float, failed: bool) -> None:
             latency[node].observe(seconds)
@@ -266,6 +309,17 @@ class InferenceService:
                 errors[node].inc()
 
         self.pipeline.observer = observe
+        for model in self.pipeline.models:
+            size = metrics.batch_size.labels(pipeline=name, model=model.name)
+            wait = metrics.batch_queue_wait.labels(pipeline=name, model=model.name)
+            run = metrics.batch_run.labels(pipeline=name, model=model.name)
+
+            def on_batch(node: Any, info: Any, size: Any = size, wait: Any = wait, run: Any = run) -> None:
+                size.observe(info.size)
+                wait.observe(info.queue_wait_s)
+                run.observe(info.run_s)
+
+            model.on_batch = on_batch
 
 
 def _is_text(value: Any) -> bool:

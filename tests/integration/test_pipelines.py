@@ -140,7 +140,7 @@ async def test_single_core_runs_sync_work_on_the_loop_only_when_alone(
     await service.start()
     try:
         plan = service.pipeline.execution_plan()
-        assert "single core" in plan[0]["runs_in"]
+        assert "single core" in plan["predict"][0]["runs_in"]
         with service.activity:  # the only request: the loop runs it, no hop
             assert await service.predict(1) == threading.current_thread().name
         with service.activity, service.activity:  # another request has arrived: the worker thread runs it

@@ -83,6 +83,10 @@ def test_metadata_describes_the_image_pipeline(imagenet_client: TestClient) -> N
         "normalize",
         "classifier",
         "softmax",
+        "embedding",
+        "head",
+        "tag_softmax",
+        "top_k",
     ]
     model = metadata["nodes"][4]
     assert model["inputs"][0]["shape"] == [-1, 3, 224, 224]

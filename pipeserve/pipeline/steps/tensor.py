@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from pipeserve.errors import SpecError
+from pipeserve.errors import InvalidInput, SpecError
+from pipeserve.pipeline.context import request_params
 from pipeserve.pipeline.steps.base import Step, StepParams
 
 
@@ -46,16 +47,29 @@ class TopK(Step):
         if self.context.labels is None:
             raise SpecError("step 'top_k' needs pipeline.labels", node=self.context.node, field="step")
 
-    def __call__(self, value: Any, k: int | None = None) -> Any:
+    def __call__(self, value: Any) -> Any:
         params: TopK.Params = self.params  # type: ignore[assignment]
         labels = self.context.labels or ()
         scores = np.atleast_2d(_scores(value, self.context.node))
-        count = min(k or params.k, scores.shape[-1])
+        count = min(self._requested_k(len(labels)) or params.k, scores.shape[-1])
         # float64 first: negating unsigned scores (quantized models) would wrap around
         best = np.argsort(-scores.astype(np.float64), axis=-1, kind="stable")[:, :count]
         return [
             [{"name": labels[i], "prob": float(row[i])} for i in idx] for row, idx in zip(scores, best, strict=True)
         ]
+
+    def _requested_k(self, limit: int) -> int | None:
+        """The request's ``k`` (``?k=3``), checked: 1 <= k <= the number of labels."""
+        raw = request_params.get().get("k")
+        if raw is None:
+            return None
+        try:
+            k = int(raw)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"k is {raw!r}, not a whole number", expected=f"1 <= k <= {limit}") from None
+        if not 1 <= k <= limit:
+            raise InvalidInput(f"k is {k}", expected=f"1 <= k <= {limit}")
+        return k
 
 
 class Label(Step):

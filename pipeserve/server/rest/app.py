@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import time
@@ -17,6 +18,8 @@ from pipeserve.errors import PipeserveError
 from pipeserve.observability.access import AccessLog
 from pipeserve.observability.context import accept_request_id, new_request_id, request_id_var
 from pipeserve.observability.metrics import Metrics
+from pipeserve.pipeline.context import request_annotations
+from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.server.rest.endpoints import ClientDisconnected, PredictEndpoint, StaticEndpoint
 from pipeserve.server.rest.errors import Headers, error_body, map_exception
 from pipeserve.server.rest.routes import build_api
@@ -43,12 +46,21 @@ class RestApp:
         self.settings = settings
         self.metrics = metrics
         self.api: FastAPI = build_api(service, metrics, self._lifespan, root_path=settings.root_path)
-        limit = settings.max_body_bytes
+        endpoint = functools.partial(
+            PredictEndpoint,
+            service,
+            max_body_bytes=settings.max_body_bytes,
+            default_timeout_s=settings.request_timeout_s,
+            watch_disconnects=service.has_batching,
+        )
         self._fast: dict[str, Endpoint] = {
-            "/predict": PredictEndpoint(service.predict, limit),
-            "/predict/label": PredictEndpoint(service.predict_label, limit),
+            "/predict": endpoint(),
+            "/predict/label": endpoint(label=True),
             "/health": StaticEndpoint({"health": "ok"}),
         }
+        for name in service.endpoints:
+            if name != DEFAULT_ENDPOINT:
+                self._fast[f"/predict/{name}"] = endpoint(endpoint=name)
         self._activity = service.activity
         self._api_paths = {getattr(r, "path", None) for r in self.api.routes}
         quiet = settings.log_level in ("warning", "error", "critical")
@@ -84,6 +96,8 @@ class RestApp:
         if request_id is None:
             request_id = new_request_id()
         token = request_id_var.set(request_id)
+        annotations: dict[str, Any] = {}
+        annotations_token = request_annotations.set(annotations)
         self._activity.enter()
         method: str = scope["method"]
         path: str = scope["path"]
@@ -103,7 +117,8 @@ class RestApp:
         finally:
             self._activity.exit()
             request_id_var.reset(token)
-            self._record(route, method, status, time.perf_counter() - started, request_id, path)
+            request_annotations.reset(annotations_token)
+            self._record(route, method, status, time.perf_counter() - started, request_id, path, annotations)
 
     async def _serve_fast(self, endpoint: Endpoint, scope: Scope, receive: Any, send: Any, request_id: str) -> int:
         try:
@@ -132,7 +147,16 @@ class RestApp:
         matched = scope.get("route")
         return status, getattr(matched, "path", "<unmatched>")
 
-    def _record(self, route: str, method: str, status: int, seconds: float, request_id: str, path: str) -> None:
+    def _record(
+        self,
+        route: str,
+        method: str,
+        status: int,
+        seconds: float,
+        request_id: str,
+        path: str,
+        annotations: dict[str, Any],
+    ) -> None:
         key = (route, method, status)
         children = self._children.get(key)
         if children is None:
@@ -149,7 +173,7 @@ class RestApp:
         children[0].inc()
         children[1].observe(seconds)
         if self.access_log is not None:
-            self.access_log.write(method, path, status, seconds, request_id)
+            self.access_log.write(method, path, status, seconds, request_id, annotations or None)
 
 
 async def _respond(send: Any, status: int, body: bytes, request_id: str, headers: Headers) -> None:

@@ -2,35 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 import numpy as np
 import orjson
+from starlette.datastructures import Headers as StarletteHeaders
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from pipeserve.errors import InvalidInput, PayloadTooLarge
+from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.server.rest.errors import Headers
+from pipeserve.service import InferenceService
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 JSON_BODY_EXPECTED = 'a JSON object {"data": ...}'
 
 
 class ClientDisconnected(Exception):
-    """The client went away before sending its whole body."""
+    """The client went away before its answer was ready."""
 
 
-async def read_body(scope: MutableMapping[str, Any], receive: Receive, limit: int) -> bytes:
+async def read_body(
+    scope: MutableMapping[str, Any], receive: Receive, limit: int, content_length: bytes | None = None
+) -> bytes:
     """The request body, refusing more than ``limit`` bytes (by Content-Length up front, else as it arrives)."""
-    for key, value in scope["headers"]:
-        if key == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                raise InvalidInput("Content-Length is not a number", expected="a byte count") from None
-            if declared > limit:
-                raise PayloadTooLarge(declared, limit)
-            break
+    if content_length is None:
+        content_length = next((value for key, value in scope["headers"] if key == b"content-length"), None)
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            raise InvalidInput("Content-Length is not a number", expected="a byte count") from None
+        if declared > limit:
+            raise PayloadTooLarge(declared, limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -82,22 +91,116 @@ def dump_json(value: Any) -> bytes:
     return orjson.dumps(value, default=_fallback, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
-PredictFn = Callable[[Any], Awaitable[Any]]
+TIMEOUT_HEADER = b"x-request-timeout-ms"
 
 
 class PredictEndpoint:
-    """``POST`` a ``{"data": ...}`` body, answer ``{"prediction": ...}``."""
+    """``POST`` a ``{"data": ...}`` body (or, for image pipelines, a multipart upload), answer ``{"prediction": ...}``.
+
+    Query parameters reach the pipeline's steps (``?k=5`` for ``top_k``). ``X-Request-Timeout-Ms`` sets the
+    request's deadline (default: the server's ``request_timeout_s``). With ``watch_disconnects``, a client that
+    goes away cancels its request, which a batcher then drops before it runs.
+    """
 
     methods = frozenset({"POST"})
 
-    def __init__(self, predict: PredictFn, max_body_bytes: int) -> None:
-        self._predict = predict
+    def __init__(
+        self,
+        service: InferenceService,
+        *,
+        endpoint: str = DEFAULT_ENDPOINT,
+        label: bool = False,
+        max_body_bytes: int,
+        default_timeout_s: float | None,
+        watch_disconnects: bool = False,
+    ) -> None:
+        self._service = service
+        self._endpoint = endpoint
+        self._label = label
         self._limit = max_body_bytes
+        self._default_timeout_s = default_timeout_s
+        self._watch = watch_disconnects
+        self._accepts_uploads = service.spec.input.kind == "image"
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive) -> tuple[int, bytes, Headers]:
-        body = await read_body(scope, receive, self._limit)
-        result = await self._predict(parse_data(body))
+        content_length = content_type = timeout = None
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                content_length = value
+            elif key == b"content-type":
+                content_type = value
+            elif key == TIMEOUT_HEADER:
+                timeout = value
+        body = await read_body(scope, receive, self._limit, content_length)
+        if content_type is not None and content_type.startswith(b"multipart/form-data"):
+            data = await self._upload(scope, body)
+        else:
+            data = parse_data(body)
+        timeout_s = _timeout_s(timeout) if timeout is not None else self._default_timeout_s
+        query = scope.get("query_string")
+        if self._label:
+            work = self._service.predict_label(data, timeout_s=timeout_s)
+        else:
+            params = dict(parse_qsl(query.decode("latin-1"))) if query else None
+            work = self._service.predict(data, self._endpoint, params, timeout_s=timeout_s)
+        result = await (_unless_disconnected(work, receive) if self._watch else work)
         return 200, dump_json({"prediction": result}), []
+
+    async def _upload(self, scope: MutableMapping[str, Any], body: bytes) -> bytes:
+        if not self._accepts_uploads:
+            raise InvalidInput("this pipeline does not take file uploads", expected=JSON_BODY_EXPECTED)
+
+        async def stream() -> AsyncGenerator[bytes, None]:
+            yield body
+
+        try:
+            form = await MultiPartParser(StarletteHeaders(scope=scope), stream(), max_files=4, max_fields=16).parse()
+        except MultiPartException as exc:
+            raise InvalidInput(f"the multipart body is malformed: {exc.message}", expected=UPLOAD_EXPECTED) from None
+        upload = form.get("image")
+        if upload is None:
+            upload = next((value for _, value in form.multi_items() if isinstance(value, UploadFile)), None)
+        if not isinstance(upload, UploadFile):
+            fields = ", ".join(form.keys()) or "none"
+            raise InvalidInput(
+                f"the upload has no file in an 'image' field (fields: {fields})", expected=UPLOAD_EXPECTED
+            )
+        try:
+            return await upload.read()
+        finally:
+            await form.close()
+
+
+UPLOAD_EXPECTED = "a multipart/form-data upload with the image file in an 'image' field (curl -F image=@cat.jpg)"
+
+
+def _timeout_s(raw: bytes) -> float:
+    try:
+        milliseconds = float(raw)
+    except ValueError:
+        milliseconds = float("nan")
+    if not 0 < milliseconds <= 3_600_000:
+        raise InvalidInput(f"X-Request-Timeout-Ms is {raw.decode('latin-1')!r}", expected="milliseconds, 1 to 3600000")
+    return milliseconds / 1000.0
+
+
+async def _unless_disconnected(work: Coroutine[Any, Any, Any], receive: Receive) -> Any:
+    """Await ``work``; if the client disconnects first, cancel it (a queued request is then dropped)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnected
+    return task.result()
 
 
 class StaticEndpoint:

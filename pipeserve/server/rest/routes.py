@@ -95,13 +95,19 @@ def build_api(service: InferenceService, metrics: Metrics, lifespan: Lifespan, *
         """The label of the pipeline's sample input."""
         return JSONResponse({"prediction": await service.predict_label(service.sample)})
 
+    @app.get("/tags", tags=["model"])
+    async def tags() -> Any:
+        """The class names, in class-id order (the tags ``/predict/tag`` chooses from)."""
+        return JSONResponse(list(service.labels().values()))
+
     @app.get("/metrics", tags=["health"], response_class=Response)
     async def prometheus_metrics() -> Response:
         """Prometheus metrics in text format."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     _install_error_handlers(app)
-    _document_fast_routes(app)
+    extra = [name for name in service.endpoints if name != "predict"]
+    _document_fast_routes(app, extra, uploads=service.spec.input.kind == "image")
     return app
 
 
@@ -144,7 +150,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         return Response(body, status_code=400, media_type="application/json")
 
 
-def _document_fast_routes(app: FastAPI) -> None:
+def _document_fast_routes(app: FastAPI, endpoints: list[str], *, uploads: bool) -> None:
     """Add the prediction routes, which ``RestApp`` serves without FastAPI, to the OpenAPI document."""
 
     def openapi() -> dict[str, Any]:
@@ -166,17 +172,59 @@ def _document_fast_routes(app: FastAPI) -> None:
             "413": {"description": "The body is over the size limit.", **ref(ErrorResponse)},
             "503": {"description": "Not ready, or overloaded (see Retry-After).", **ref(ErrorResponse)},
         }
-        for path, summary, response in (
+        body: dict[str, Any] = {"required": True, **ref(PredictRequest)}
+        if uploads:
+            body["content"]["multipart/form-data"] = {
+                "schema": {
+                    "type": "object",
+                    "properties": {"image": {"type": "string", "format": "binary"}},
+                    "required": ["image"],
+                }
+            }
+        parameters = [
+            {
+                "name": "X-Request-Timeout-Ms",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "number"},
+                "description": "The request's deadline; queued work past it never runs (504).",
+            },
+            {
+                "name": "X-Request-ID",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "Your id for this request, returned and logged; one is made when absent.",
+            },
+        ]
+        top_k = {
+            "name": "k",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1},
+            "description": "How many classes a top_k step returns.",
+        }
+        routes = [
             ("/predict", "Predict: the pipeline's output for `data`", PredictResponse),
             ("/predict/label", "Predict the class name for `data`", LabelResponse),
-        ):
+            *(
+                (f"/predict/{name}", f"The `{name}` endpoint's output for `data`", PredictResponse)
+                for name in endpoints
+            ),
+        ]
+        for path, summary, response in routes:
             schema["paths"][path] = {
                 "post": {
                     "tags": ["predict"],
                     "summary": summary,
                     "operationId": path.strip("/").replace("/", "_"),
-                    "requestBody": {"required": True, **ref(PredictRequest)},
-                    "responses": {"200": {"description": "Prediction", **ref(response)}, **errors},
+                    "parameters": [*parameters, *([top_k] if path != "/predict/label" else [])],
+                    "requestBody": body,
+                    "responses": {
+                        "200": {"description": "Prediction", **ref(response)},
+                        "504": {"description": "The request's deadline passed.", **ref(ErrorResponse)},
+                        **errors,
+                    },
                 }
             }
         app.openapi_schema = schema

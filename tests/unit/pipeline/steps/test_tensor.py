@@ -86,10 +86,29 @@ def test_top_k_default_is_five_capped_at_the_class_count():
     assert [entry["name"] for entry in top[0]] == ["cat", "dog", "bird", "fish"]
 
 
-def test_top_k_k_can_be_given_per_call():
-    top = step("top_k", k=3)(np.array([[0.4, 0.3, 0.2, 0.1]]), k=1)
+def test_top_k_k_can_be_given_per_request():
+    from pipeserve.pipeline.context import request_params
+
+    token = request_params.set({"k": "1"})
+    try:
+        top = step("top_k", k=3)(np.array([[0.4, 0.3, 0.2, 0.1]]))
+    finally:
+        request_params.reset(token)
 
     assert top == [[{"name": "cat", "prob": pytest.approx(0.4)}]]
+
+
+@pytest.mark.parametrize("k", ["0", "5", "x", "-1"])
+def test_top_k_refuses_a_k_outside_the_labels(k):
+    from pipeserve.errors import InvalidInput
+    from pipeserve.pipeline.context import request_params
+
+    token = request_params.set({"k": k})
+    try:
+        with pytest.raises(InvalidInput, match="k is"):
+            step("top_k", k=3)(np.array([[0.4, 0.3, 0.2, 0.1]]))
+    finally:
+        request_params.reset(token)
 
 
 def test_top_k_single_row_without_batch_dimension():

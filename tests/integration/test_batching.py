@@ -1,0 +1,132 @@
+"""Micro-batching through the REST app with fake models: answers, failures, overload, deadlines, flushes."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def write_spec(tmp_path: Path, runtime: str, *, batching: str, options: str = "{}") -> Path:
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "pipeline.yaml").write_text(f"""
+pipeline:
+  name: batched
+  input: {{kind: tensor, shape: [-1, 3]}}
+  nodes:
+  - name: model
+    model_load_meta:
+      runtime: tests.fakes:{runtime}
+      artifact: weights.bin
+      options: {options}
+    batching: {batching}
+""")
+    return tmp_path
+
+
+def model_of(client: Any) -> Any:
+    return client.app.service.pipeline.nodes["model"].runtime
+
+
+def test_concurrent_callers_get_the_answers_unbatched_execution_gives(client_factory: Any, tmp_path: Path) -> None:
+    client = client_factory(write_spec(tmp_path, "SumRuntime", batching="{max_batch_size: 16, max_latency_ms: 20}"))
+    rng = random.Random(7)
+    rows = [[rng.uniform(-100, 100) for _ in range(3)] for _ in range(64)]
+
+    def ask(row: list[float]) -> float:
+        return float(client.post("/predict", json={"data": [row]}).json()["prediction"][0])
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(ask, rows))
+    assert answers == pytest.approx([sum(row) for row in rows], rel=1e-5)
+    assert max(model_of(client).batches) > 1, "concurrent requests ran together"
+    metrics = client.get("/metrics").text
+    assert 'pipeserve_batch_size_count{model="model",pipeline="batched"}' in metrics
+    assert "pipeserve_batch_queue_wait_seconds_bucket" in metrics
+    assert "pipeserve_batch_run_seconds_bucket" in metrics
+
+
+def test_a_failing_batch_fails_its_callers_and_no_other(client_factory: Any, tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "FailingRuntime", batching="{max_batch_size: 4, max_latency_ms: 30}", options="{poison: 13}"
+    )
+    client = client_factory(spec)
+
+    def ask(value: int) -> tuple[int, int]:
+        return value, client.post("/predict", json={"data": [[value, 0, 0]]}).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        results = dict(pool.map(ask, [1, 2, 13, 4, 5, 6, 7, 8]))
+    assert results[13] == 500
+    failed = [value for value, status in results.items() if status == 500]
+    runtime = model_of(client)
+    poisoned_batch = next(size for size in runtime.batches if size > 0)  # batches are recorded in order
+    assert poisoned_batch >= 1
+    assert len(failed) <= 4, "only the poisoned batch's callers fail"
+    assert client.post("/predict", json={"data": [[3, 0, 0]]}).status_code == 200
+
+
+def test_a_full_queue_answers_503_with_retry_after(client_factory: Any, tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "SlowRuntime", batching="{max_batch_size: 1, max_queue_size: 2}", options="{delay_s: 0.3}"
+    )
+    client = client_factory(spec)
+    with ThreadPoolExecutor(8) as pool:
+        statuses = [
+            r.status_code for r in pool.map(lambda i: client.post("/predict", json={"data": [[i, 0, 0]]}), range(8))
+        ]
+    assert 503 in statuses
+    assert statuses.count(200) >= 3
+    refused = client.post("/predict", json={"data": [[0, 0, 0]]})
+    assert refused.status_code in (200, 503)
+
+
+def test_a_request_whose_deadline_passes_in_the_queue_never_runs(client_factory: Any, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "SlowRuntime", batching="{max_batch_size: 1}", options="{delay_s: 0.4}")
+    client = client_factory(spec)
+
+    def ask(args: tuple[int, dict[str, str]]) -> Any:
+        value, headers = args
+        return client.post("/predict", json={"data": [[value, 0, 0]]}, headers=headers)
+
+    with ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(ask, (1, {}))
+        import time
+
+        time.sleep(0.1)
+        late = pool.submit(ask, (99, {"X-Request-Timeout-Ms": "100"}))
+        assert slow.result().status_code == 200
+        response = late.result()
+    assert response.status_code == 504
+    assert "deadline" in response.json()["error"]
+    assert 99.0 not in model_of(client).seen, "the expired request never ran"
+
+
+def test_a_bad_timeout_header_is_a_400(client_factory: Any, tmp_path: Path) -> None:
+    client = client_factory(write_spec(tmp_path, "EchoRuntime", batching="{max_batch_size: 4}"))
+    response = client.post("/predict", json={"data": [[1, 2, 3]]}, headers={"X-Request-Timeout-Ms": "soon"})
+    assert response.status_code == 400
+    assert "milliseconds" in response.json()["expected"]
+
+
+def test_a_partial_batch_flushes_after_max_latency(client_factory: Any, tmp_path: Path) -> None:
+    client = client_factory(write_spec(tmp_path, "EchoRuntime", batching="{max_batch_size: 64, max_latency_ms: 50}"))
+    import time
+
+    started = time.monotonic()
+    assert client.post("/predict", json={"data": [[1, 2, 3]]}).json() == {"prediction": [1.0, 2.0, 3.0]}
+    elapsed = time.monotonic() - started
+    assert 0.04 <= elapsed < 1.0, elapsed
+
+
+def test_the_access_log_line_names_the_batch(client_factory: Any, tmp_path: Path, capfd: Any) -> None:
+    client = client_factory(write_spec(tmp_path, "EchoRuntime", batching="{max_batch_size: 8}"), access_log=True)
+    client.post("/predict", json={"data": [[1, 2, 3]]}, headers={"X-Request-ID": "follow-me"})
+    client.app.access_log.flush()
+    line = next(line for line in capfd.readouterr().err.splitlines() if "follow-me" in line)
+    assert '"batches":{"model":{"batch_id":' in line
+    assert '"batch_size":1' in line
+    assert '"queue_wait_ms":' in line

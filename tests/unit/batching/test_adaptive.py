@@ -1,0 +1,145 @@
+"""Deadlines, tracing, per-replica workers and the adaptive policy of the batcher."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from pipeserve.batching import Batcher, BatchPolicy
+from pipeserve.batching.policy import ArrivalRate, LatencyModel
+from pipeserve.errors import DeadlineExceeded
+
+
+async def test_an_expired_deadline_answers_without_running() -> None:
+    ran: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def slow(items: list[int]) -> list[int]:
+        ran.append(items)
+        if items == [0]:
+            await gate.wait()
+        return items
+
+    async with Batcher(slow, BatchPolicy(max_batch_size=1)) as batcher:
+        first = asyncio.create_task(batcher.submit(0))
+        await asyncio.sleep(0.01)
+        late = asyncio.create_task(batcher.submit(1, deadline_s=time.monotonic() + 0.02))
+        alive = asyncio.create_task(batcher.submit(2, deadline_s=time.monotonic() + 10))
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await asyncio.wait_for(first, 2) == 0
+        with pytest.raises(DeadlineExceeded, match="did not run"):
+            await asyncio.wait_for(late, 2)
+        assert await asyncio.wait_for(alive, 2) == 2
+    assert [1] not in ran
+
+
+async def test_traced_results_name_their_batch_and_wait() -> None:
+    async def echo(items: list[int]) -> list[int]:
+        await asyncio.sleep(0.01)
+        return items
+
+    async with Batcher(echo, BatchPolicy(max_batch_size=8)) as batcher:
+        traced = await asyncio.gather(*(batcher.submit_traced(i) for i in range(5)))
+    assert [t.result for t in traced] == list(range(5))
+    assert traced[0].batch.batch_id >= 1
+    ids = {t.batch.batch_id for t in traced}
+    assert all(t.queue_wait_s >= 0 for t in traced)
+    assert sum(t.batch.items for t in traced if t.batch.batch_id == min(ids)) >= 1
+    assert max(t.batch.size for t in traced) > 1, "concurrent items batch together"
+
+
+async def test_each_worker_runs_its_own_function() -> None:
+    seen: dict[int, int] = {0: 0, 1: 0}
+
+    def bound(replica: int):  # type: ignore[no-untyped-def]
+        async def run(items: list[int]) -> list[tuple[int, int]]:
+            seen[replica] += len(items)
+            await asyncio.sleep(0.01)
+            return [(replica, item) for item in items]
+
+        return run
+
+    async with Batcher([bound(0), bound(1)], BatchPolicy(max_batch_size=2, workers=2)) as batcher:
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(12)))
+    assert [item for _, item in results] == list(range(12))
+    assert seen[0] > 0, "both replicas ran batches"
+    assert seen[1] > 0, "both replicas ran batches"
+
+
+def test_one_function_per_worker_is_checked() -> None:
+    async def run(items: list[int]) -> list[int]:
+        return items
+
+    with pytest.raises(ValueError, match="one per worker"):
+        Batcher([run], BatchPolicy(workers=2))
+
+
+async def test_adaptive_does_not_wait_when_batching_saves_nothing() -> None:
+    # Cost proportional to the batch size: a second request joining saves nothing, so never wait.
+    async def linear(items: list[int]) -> list[int]:
+        await asyncio.sleep(0.002 * len(items))
+        return items
+
+    policy = BatchPolicy(max_batch_size=16, max_wait_s=0.5, mode="adaptive")
+    async with Batcher(linear, policy) as batcher:
+        for size in (1, 2, 4):
+            batcher.latency.observe(size, 0.002 * size)
+        started = time.monotonic()
+        for i in range(3):
+            await batcher.submit(i)
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - started < 0.3, "fixed mode would have waited 0.5 s per request"
+
+
+async def test_adaptive_waits_for_company_when_it_pays() -> None:
+    # A large fixed cost per batch: requests arriving every ~5 ms are worth waiting for.
+    batch_sizes: list[int] = []
+
+    async def fixed_cost(items: list[int]) -> list[int]:
+        batch_sizes.append(len(items))
+        await asyncio.sleep(0.03)
+        return items
+
+    policy = BatchPolicy(max_batch_size=8, max_wait_s=0.2, mode="adaptive")
+    async with Batcher(fixed_cost, policy) as batcher:
+        for size in (1, 2, 4, 8):
+            batcher.latency.observe(size, 0.03)
+
+        async def arrive(i: int) -> int:
+            await asyncio.sleep(0.005 * i)
+            return await batcher.submit(i)
+
+        results = await asyncio.gather(*(arrive(i) for i in range(8)))
+    assert results == list(range(8))
+    assert max(batch_sizes) >= 3, batch_sizes
+
+
+def test_latency_model_learns_and_extrapolates() -> None:
+    model = LatencyModel()
+    assert model.estimate(4) is None
+    assert model.saving_s(1) == 0.0
+    model.observe(2, 0.02)
+    assert model.estimate(4) == pytest.approx(0.04), "one size seen: proportional, no saving assumed"
+    assert model.saving_s(2) == pytest.approx(0.0)
+    model.observe(3, float("nan"))
+    model.observe(0, 1.0)
+    assert model.sizes_seen == 1
+    fixed_cost = LatencyModel()
+    for _ in range(20):
+        fixed_cost.observe(1, 0.010)
+        fixed_cost.observe(8, 0.024)
+    assert fixed_cost.estimate(16) == pytest.approx(0.040, rel=0.1)
+    assert fixed_cost.saving_s(1) == pytest.approx(0.008, rel=0.05)
+
+
+def test_arrival_rate_is_a_moving_average_of_gaps() -> None:
+    rate = ArrivalRate(alpha=0.5)
+    assert rate.expected_gap_s() is None
+    for t in (0.0, 0.01, 0.02, 0.03):
+        rate.arrived(t)
+    assert rate.expected_gap_s() == pytest.approx(0.01)
+    rate.arrived(0.13)
+    assert rate.expected_gap_s() == pytest.approx(0.055)
