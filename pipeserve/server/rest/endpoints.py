@@ -184,23 +184,40 @@ def _timeout_s(raw: bytes) -> float:
     return milliseconds / 1000.0
 
 
-async def _unless_disconnected(work: Coroutine[Any, Any, Any], receive: Receive) -> Any:
-    """Await ``work``; if the client disconnects first, cancel it (a queued request is then dropped)."""
-    task = asyncio.ensure_future(work)
+#: A request still waiting this long starts watching for its client going away. Watching every request
+#: from the start costs a task each (10-20% of a small model's throughput, measured); one that answers
+#: sooner would almost always have run before a disconnect could be noticed anyway.
+WATCH_AFTER_S = 0.05
 
-    async def disconnected() -> None:
+
+async def _unless_disconnected(work: Coroutine[Any, Any, Any], receive: Receive) -> Any:
+    """Await ``work``; if the client disconnects meanwhile, cancel it (a queued request is then dropped)."""
+    task = asyncio.current_task()
+    assert task is not None  # always inside a request task
+    loop = asyncio.get_running_loop()
+    state: dict[str, Any] = {"gone": False, "watcher": None}
+
+    async def watch() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if not task.done():
+        state["gone"] = True
         task.cancel()
-        raise ClientDisconnected
-    return task.result()
+
+    def start() -> None:
+        state["watcher"] = loop.create_task(watch())
+
+    timer = loop.call_later(WATCH_AFTER_S, start)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if state["gone"]:
+            task.uncancel()
+            raise ClientDisconnected from None
+        raise
+    finally:
+        timer.cancel()
+        if state["watcher"] is not None:
+            state["watcher"].cancel()
 
 
 class StaticEndpoint:
