@@ -23,7 +23,7 @@ $(PY):
 $(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[all,examples,dev]'
+	$(PIP) install -q -e '.[all,examples,dev,bench]'
 	touch $@
 
 install: $(INSTALLED)

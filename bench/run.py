@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import platform
@@ -62,6 +63,7 @@ def free_port() -> int:
 def server(name: str, command: list[str], env: dict[str, str], ready_path: str, log_dir: Path) -> Iterator[str]:
     port = free_port()
     command = [arg.replace("{port}", str(port)) for arg in command]
+    env = {"PORT": str(port), **{key: value.replace("{port}", str(port)) for key, value in env.items()}}
     log = (log_dir / f"{name}.log").open("wb")
     process = subprocess.Popen(
         command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
@@ -82,15 +84,19 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
             time.sleep(0.3)
         yield url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
         log.close()
 
 
-def wrk(url: str, body: Path, concurrency: int, duration_s: float, core: int, lua: Path) -> tuple[float, float, float]:
+def wrk(
+    url: str, body: Path, concurrency: int, duration_s: float, core: int, lua: Path, path: str = "/predict/label"
+) -> tuple[float, float, float]:
     command = [
         "taskset",
         "-c",
@@ -102,7 +108,7 @@ def wrk(url: str, body: Path, concurrency: int, duration_s: float, core: int, lu
         "--latency",
         "-s",
         str(lua),
-        url + "/predict/label",
+        url + path,
     ]
     out = subprocess.run(
         command, env={**os.environ, "BENCH_BODY": str(body)}, capture_output=True, text=True, check=True

@@ -20,6 +20,9 @@ BatchFn = Callable[[list[T]], Awaitable[list[R]]]
 
 logger = logging.getLogger(__name__)
 
+#: In adaptive mode, one batch in this many may use the full ``max_batch_size`` to keep learning its cost.
+EXPLORE_EVERY = 64
+
 
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
@@ -181,12 +184,20 @@ class Batcher(Generic[T, R]):
             if batch:
                 await self._run(batch, worker)
 
-    def _take(self, batch: list[_Pending[T, R]], rows: int) -> int:
+    def _size_limit(self) -> int:
+        """Rows per batch: ``max_batch_size``, or in adaptive mode the size that costs least per row (every
+        ``EXPLORE_EVERY`` batches the full size again, so that the estimates of larger sizes stay fresh)."""
+        policy = self.policy
+        if policy.mode != "adaptive" or self._batch_counter % EXPLORE_EVERY == 0:
+            return policy.max_batch_size
+        return self.latency.best_size(policy.max_batch_size) or policy.max_batch_size
+
+    def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:
         """Move queued items into ``batch`` while they fit; drop the ones nobody waits for. Returns rows."""
         now = time.monotonic()
-        while self._queue and rows < self.policy.max_batch_size:
+        while self._queue and rows < limit:
             entry = self._queue[0]
-            if batch and rows + entry.size > self.policy.max_batch_size:
+            if batch and rows + entry.size > limit:
                 break
             self._queue.popleft()
             if entry.future.done():  # the caller went away (cancelled, disconnected): drop it before it costs
@@ -207,12 +218,13 @@ class Batcher(Generic[T, R]):
     async def _collect(self) -> list[_Pending[T, R]]:
         """Take a batch: what is queued now and, when the policy says waiting pays, what arrives soon."""
         policy = self.policy
+        limit = self._size_limit()
         batch: list[_Pending[T, R]] = []
-        rows = self._take(batch, 0)
+        rows = self._take(batch, 0, limit)
         if not batch or policy.max_wait_s <= 0:
             return batch
         deadline = batch[0].enqueued_s + policy.max_wait_s
-        while rows < policy.max_batch_size and not self._closing:
+        while rows < limit and not self._closing:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -224,7 +236,7 @@ class Batcher(Generic[T, R]):
                 remaining = min(remaining, 2 * gap)
             if not await self._wait_for_more(remaining):
                 break
-            rows = self._take(batch, rows)
+            rows = self._take(batch, rows, limit)
         return batch
 
     async def _wait_for_more(self, timeout_s: float) -> bool:

@@ -137,7 +137,7 @@ class Pipeline:
                 ) from exc
             logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
         for model in self.models:
-            await model.start()
+            await model.start(self._executor)
         self._plans = self._build_plans()
 
     def finish_warm_up(self) -> None:

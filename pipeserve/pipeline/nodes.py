@@ -126,6 +126,7 @@ class ModelNode:
         self._pipeline = pipeline
         self._batcher: Batcher[TensorDict, TensorDict] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._owns_executor = False
         self._input_names: list[str] = []
         self._casts: dict[str, np.dtype[Any]] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -171,10 +172,20 @@ class ModelNode:
                 f"outputs {unknown} not in the model's outputs {names}", node=self.name, field="model_load_meta.outputs"
             )
 
-    async def start(self) -> None:
+    async def start(self, cpu_pool: ThreadPoolExecutor | None = None) -> None:
+        """Start the batcher. Batches on CPU run in ``cpu_pool`` (the pipeline's, one thread per core), in
+        line with the preprocessing: two CPU-bound threads per core only take turns and evict each other's
+        data from the cache (measured: 20% fewer images/s on one core). GPU replicas get threads of their own,
+        which wait on the device while the CPU pool preprocesses.
+        """
         if not self.queued:
             return
-        self._executor = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix=f"model-{self.name}")
+        on_cpu = all(replica.options.device == "cpu" for replica in self.replicas)
+        if on_cpu and cpu_pool is not None:
+            self._executor, self._owns_executor = cpu_pool, False
+        else:
+            self._executor = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix=f"model-{self.name}")
+            self._owns_executor = True
         fns = [functools.partial(self._run_batch, replica=i) for i in range(len(self.replicas))]
         self._batcher = Batcher(fns, self.policy, name=f"model {self.name!r}", size_of=_rows, on_batch=self._batch_done)
         await self._batcher.start()
@@ -182,7 +193,7 @@ class ModelNode:
     async def stop(self, grace_s: float = 5.0) -> None:
         if self._batcher is not None:
             await self._batcher.stop(grace_s)
-        if self._executor is not None:
+        if self._executor is not None and self._owns_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
         for replica in self.replicas:
             replica.unload()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, ClassVar
 
@@ -30,6 +31,7 @@ class TorchScriptRuntime(Runtime):
         self._device: Any = None
         self._input_names: list[str] = []
         self._output_names: list[str] = []
+        self._thread = threading.local()
 
     def load(self) -> None:
         try:
@@ -71,6 +73,11 @@ class TorchScriptRuntime(Runtime):
 
     def predict(self, inputs: TensorDict) -> TensorDict:
         torch = self._torch
+        if not getattr(self._thread, "configured", False):
+            # OpenMP's thread count is a per-thread setting: a worker thread that never set it runs every op on
+            # one OpenMP thread per core, which oversubscribes a process given fewer cores than the machine has.
+            torch.set_num_threads(self.options.intra_op_threads)
+            self._thread.configured = True
         args = [torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self._device) for name in self._input_names]
         with torch.inference_mode():
             out = self._module(*args)

@@ -143,3 +143,32 @@ def test_arrival_rate_is_a_moving_average_of_gaps() -> None:
     assert rate.expected_gap_s() == pytest.approx(0.01)
     rate.arrived(0.13)
     assert rate.expected_gap_s() == pytest.approx(0.055)
+
+
+def test_best_size_is_the_cheapest_per_row() -> None:
+    model = LatencyModel()
+    assert model.best_size(8) is None
+    model.observe(1, 0.027)
+    assert model.best_size(8) is None, "one size seen: nothing to compare"
+    model.observe(8, 0.313)  # TorchScript on one core: bigger batches cost more per image
+    assert model.best_size(8) == 1
+    model.observe(4, 0.100)  # 25 ms per row: the cheapest
+    assert model.best_size(8) == 4
+    assert model.best_size(2) == 1, "sizes above the limit do not count"
+    model.observe(2, 0.0505)  # within 5% of the best per row, and larger sizes win ties
+    assert model.best_size(8) == 4
+
+
+async def test_adaptive_batches_stop_at_the_cheapest_size() -> None:
+    sizes: list[int] = []
+
+    async def costly_when_big(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0.001 * len(items) ** 2)
+        return items
+
+    async with Batcher(costly_when_big, BatchPolicy(max_batch_size=16, mode="adaptive")) as batcher:
+        for size, seconds in ((1, 0.001), (2, 0.004), (16, 0.256)):
+            batcher.latency.observe(size, seconds)
+        await asyncio.gather(*(batcher.submit(i) for i in range(40)))
+    assert max(sizes[1:]) == 1, sizes

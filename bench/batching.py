@@ -1,0 +1,447 @@
+"""Micro-batching benchmark on imagenet: pipeserve (ONNX and TorchScript, batching on and off) next to the
+in-process limit and to LitServe, BentoML and MLServer serving the same ONNX model with the same preprocessing
+and their own batching (each in its own venv under bench/peers/).
+
+Servers are pinned to one core, wrk to the other; all servers stay up and the measurements are interleaved
+(repeat -> concurrency -> contender); the table reports medians over repeats, with the mean batch size each
+server ran (pipeserve's from /metrics, the peers' from a log their batch functions append to).
+
+    make bench-batching          # or: .venv/bin/python bench/batching.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bench.run import LUA, ROOT, free_port, server, wrk
+
+PY = sys.executable
+PEERS = ROOT / "bench" / "peers"
+MAX_BATCH = 8
+BATCH_TIMEOUT_S = 0.005
+
+
+@dataclass
+class Point:
+    contender: str
+    concurrency: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    mean_batch: float | None
+
+
+@dataclass
+class Contender:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    ready_path: str
+    path: str
+    body: Path
+    batch_source: tuple[str, str] | None  # ("metrics", model) or ("log", path)
+
+
+def spec_variant(source: Path, target: Path, *, onnx_batching: bool, ts_batching: bool) -> Path:
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = yaml.safe_load((target / "pipeline.yaml").read_text())
+    for node in spec["pipeline"]["nodes"]:
+        if node["name"] == "classifier":
+            if onnx_batching:
+                node["batching"] = {
+                    "max_batch_size": MAX_BATCH,
+                    "max_latency_ms": BATCH_TIMEOUT_S * 1000,
+                    "mode": "adaptive",
+                }
+            else:
+                node.pop("batching", None)
+        if node["name"] in ("embedding", "head") and not ts_batching:
+            node.pop("batching", None)
+    (target / "pipeline.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return target
+
+
+def bodies(workdir: Path) -> dict[str, Path]:
+    image = base64.b64encode((ROOT / "examples" / "imagenet" / "samples" / "cat.jpg").read_bytes()).decode()
+    formats = {
+        "json": {"data": image},
+        "bentoml": {"data": [image]},
+        "v2": {"inputs": [{"name": "image", "shape": [1], "datatype": "BYTES", "data": [image]}]},
+    }
+    paths = {}
+    for name, body in formats.items():
+        paths[name] = workdir / f"{name}.json"
+        paths[name].write_text(json.dumps(body))
+    return paths
+
+
+def contenders(workdir: Path, core: int, body: dict[str, Path]) -> list[Contender]:
+    pin = ["taskset", "-c", str(core)]
+    example = ROOT / "examples" / "imagenet"
+    peer_env = {
+        "BENCH_MODEL": "imagenet",
+        "BENCH_SPEC_DIR": str(example),
+        "PYTHONPATH": str(ROOT),
+        "BENCH_MAX_BATCH": str(MAX_BATCH),
+        "BENCH_BATCH_TIMEOUT_S": str(BATCH_TIMEOUT_S),
+    }
+    found: list[Contender] = []
+    for label, onnx_on, ts_on in (("off", False, False), ("on", True, True)):
+        spec = spec_variant(example, workdir / f"spec-{label}", onnx_batching=onnx_on, ts_batching=ts_on)
+        serve = [*pin, PY, "-m", "pipeserve.cli.main", "serve", str(spec), "--port", "{port}"]
+        env = {"PIPESERVE_ACCESS_LOG": "true"}
+        found.append(
+            Contender(
+                f"pipeserve ONNX batching {label}",
+                serve,
+                env,
+                "/health/ready",
+                "/predict/label",
+                body["json"],
+                ("metrics", "classifier") if onnx_on else None,
+            )
+        )
+        found.append(
+            Contender(
+                f"pipeserve TorchScript batching {label}",
+                serve,
+                env,
+                "/health/ready",
+                "/predict/tag?k=1",
+                body["json"],
+                ("metrics", "embedding") if ts_on else None,
+            )
+        )
+    logs = {name: workdir / f"{name}-batches.log" for name in ("litserve", "bentoml", "mlserver")}
+    if (PEERS / "litserve" / ".venv" / ".installed").exists():
+        found.append(
+            Contender(
+                "LitServe",
+                [*pin, str(PEERS / "litserve/.venv/bin/python"), str(PEERS / "litserve/server.py")],
+                {**peer_env, "BENCH_BATCH_LOG": str(logs["litserve"])},
+                "/health",
+                "/predict",
+                body["json"],
+                ("log", str(logs["litserve"])),
+            )
+        )
+    if (PEERS / "bentoml" / ".venv" / ".installed").exists():
+        found.append(
+            Contender(
+                "BentoML",
+                [
+                    *pin,
+                    str(PEERS / "bentoml/.venv/bin/bentoml"),
+                    "serve",
+                    "service:Imagenet",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "{port}",
+                    "--working-dir",
+                    str(PEERS / "bentoml"),
+                ],
+                {**peer_env, "BENCH_BATCH_LOG": str(logs["bentoml"]), "BENTOML_HOME": str(workdir / "bentoml-home")},
+                "/readyz",
+                "/predict_label",
+                body["bentoml"],
+                ("log", str(logs["bentoml"])),
+            )
+        )
+    if (PEERS / "mlserver" / ".venv" / ".installed").exists():
+        repo = workdir / "mlserver"
+        (repo / "imagenet").mkdir(parents=True)
+        (repo / "imagenet" / "model-settings.json").write_text(
+            json.dumps(
+                {
+                    "name": "imagenet",
+                    "implementation": "bench.peers.mlserver.classifier.Classifier",
+                    "max_batch_size": MAX_BATCH,
+                    "max_batch_time": BATCH_TIMEOUT_S,
+                }
+            )
+        )
+        found.append(
+            Contender(
+                "MLServer",
+                [
+                    *pin,
+                    "sh",
+                    "-c",
+                    f'printf \'%s\' \'{{"host": "127.0.0.1", "http_port": {{port}}, '
+                    f'"grpc_port": {free_port()}, "metrics_port": {free_port()}, "parallel_workers": 0}}\' '
+                    f"> {repo}/settings.json && exec {PEERS}/mlserver/.venv/bin/mlserver start {repo}",
+                ],
+                {**peer_env, "BENCH_BATCH_LOG": str(logs["mlserver"])},
+                "/v2/health/ready",
+                "/v2/models/imagenet/infer",
+                body["v2"],
+                ("log", str(logs["mlserver"])),
+            )
+        )
+    return found
+
+
+def batch_counter(url: str, source: tuple[str, str] | None) -> tuple[float, float]:
+    """(batches, rows) run so far."""
+    if source is None:
+        return 0.0, 0.0
+    kind, where = source
+    if kind == "log":
+        path = Path(where)
+        sizes = [int(line) for line in path.read_text().split()] if path.exists() else []
+        return float(len(sizes)), float(sum(sizes))
+    text = httpx.get(url + "/metrics", timeout=10).text
+    label = f'{{model="{where}",pipeline="imagenet"}}'
+    count = next(
+        (
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith(f"pipeserve_batch_size_count{label}")
+        ),
+        0.0,
+    )
+    rows = next(
+        (float(line.split()[-1]) for line in text.splitlines() if line.startswith(f"pipeserve_batch_size_sum{label}")),
+        0.0,
+    )
+    return count, rows
+
+
+def in_process(engine: str, batch: int, body: Path, duration_s: float, core: int) -> dict[str, float]:
+    env = {**os.environ, "BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [
+            "taskset",
+            "-c",
+            str(core),
+            PY,
+            "-m",
+            "bench.apps.inprocess_batch",
+            engine,
+            str(batch),
+            str(body),
+            str(duration_s),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run(args: argparse.Namespace) -> list[Point]:
+    points: list[Point] = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        lua = workdir / "post.lua"
+        lua.write_text(LUA)
+        body = bodies(workdir)
+        log_dir = ROOT / "bench" / "results" / "raw"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        chosen = [
+            c
+            for c in contenders(workdir, args.server_core, body)
+            if not args.only or any(word.lower() in c.name.lower() for word in args.only)
+        ]
+        urls = {
+            c.name: stack.enter_context(
+                server(f"batching-{c.name.replace(' ', '_')}", c.command, c.env, c.ready_path, log_dir)
+            )
+            for c in chosen
+        }
+        for c in chosen:  # warm up every server (and let adaptive batchers learn) before measuring
+            wrk(urls[c.name], c.body, 8, 3, args.client_core, lua, c.path)
+        for repeat in range(args.repeats):
+            limits = {
+                engine: max(
+                    (in_process(engine, b, body["json"], args.duration / 2, args.server_core) for b in (1, MAX_BATCH)),
+                    key=lambda r: r["rps"],
+                )
+                for engine in ("onnx", "torchscript")
+            }
+            single = {
+                engine: in_process(engine, 1, body["json"], args.duration / 2, args.server_core)
+                for engine in ("onnx", "torchscript")
+            }
+            for concurrency in args.concurrency:
+                for engine, label in (("onnx", "ONNX"), ("torchscript", "TorchScript")):
+                    points.append(
+                        Point(
+                            f"in-process limit {label}",
+                            concurrency,
+                            limits[engine]["rps"],
+                            single[engine]["p50_ms"],
+                            single[engine]["p99_ms"],
+                            None,
+                        )
+                    )
+                for c in chosen:
+                    url = urls[c.name]
+                    before = batch_counter(url, c.batch_source)
+                    rps, p50, p99 = wrk(url, c.body, concurrency, args.duration, args.client_core, lua, c.path)
+                    after = batch_counter(url, c.batch_source)
+                    batches, rows = after[0] - before[0], after[1] - before[1]
+                    mean = rows / batches if batches else (1.0 if c.batch_source is None else None)
+                    points.append(Point(c.name, concurrency, rps, p50, p99, mean))
+                    print(
+                        f"  [{repeat + 1}/{args.repeats}] c={concurrency:<3} {c.name:34} {rps:8.1f} req/s  "
+                        f"p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  batch {mean or 0:5.2f}",
+                        file=sys.stderr,
+                    )
+    return points
+
+
+def summarize(points: list[Point]) -> list[Point]:
+    order: list[str] = []
+    for p in points:
+        if p.contender not in order:
+            order.append(p.contender)
+    table = []
+    for concurrency in sorted({p.concurrency for p in points}):
+        for name in order:
+            group = [p for p in points if p.contender == name and p.concurrency == concurrency]
+            if not group:
+                continue
+            batches = [p.mean_batch for p in group if p.mean_batch is not None]
+            table.append(
+                Point(
+                    name,
+                    concurrency,
+                    statistics.median(p.rps for p in group),
+                    statistics.median(p.p50_ms for p in group),
+                    statistics.median(p.p99_ms for p in group),
+                    statistics.median(batches) if batches else None,
+                )
+            )
+    return table
+
+
+def checks(table: list[Point]) -> list[tuple[str, bool, str]]:
+    def get(name: str, concurrency: int) -> Point | None:
+        return next((p for p in table if p.contender == name and p.concurrency == concurrency), None)
+
+    results = []
+    ours, limit = get("pipeserve ONNX batching on", 32), get("in-process limit ONNX", 32)
+    if ours and limit:
+        results.append(
+            (
+                "c=32: pipeserve (ONNX, batching on) >= 95% of the in-process limit",
+                ours.rps >= 0.95 * limit.rps,
+                f"{ours.rps:.1f} vs {limit.rps:.1f} ({ours.rps / limit.rps:.0%})",
+            )
+        )
+        for peer in ("LitServe", "BentoML", "MLServer"):
+            other = get(peer, 32)
+            if other:
+                results.append(
+                    (
+                        f"c=32: pipeserve above {peer}",
+                        ours.rps > other.rps,
+                        f"{ours.rps:.1f} vs {other.rps:.1f} ({ours.rps / other.rps:.2f}x)",
+                    )
+                )
+    for engine in ("ONNX", "TorchScript"):
+        on, off = get(f"pipeserve {engine} batching on", 1), get(f"pipeserve {engine} batching off", 1)
+        if on and off:
+            delta = on.p50_ms - off.p50_ms
+            results.append(
+                (
+                    f"c=1: {engine} batching on adds < 1 ms to p50",
+                    delta < 1.0,
+                    f"{on.p50_ms:.2f} vs {off.p50_ms:.2f} ms ({delta:+.2f} ms)",
+                )
+            )
+    return results
+
+
+def markdown(table: list[Point], results: list[tuple[str, bool, str]], args: argparse.Namespace) -> str:
+    lines = ["| concurrency | contender | req/s | p50 ms | p99 ms | mean batch |", "|---:|---|---:|---:|---:|---:|"]
+    for p in table:
+        batch = "—" if p.mean_batch is None else f"{p.mean_batch:.2f}"
+        lines.append(f"| {p.concurrency} | {p.contender} | {p.rps:,.1f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | {batch} |")
+    lines += ["", "| target | result | measured |", "|---|---|---|"]
+    lines += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in results]
+    header = (
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores); servers "
+        f"pinned to core {args.server_core}, wrk to core {args.client_core}; {args.duration:g} s per point, median of "
+        f"{args.repeats} interleaved repeats. Batching everywhere: at most {MAX_BATCH} per batch, "
+        f"{BATCH_TIMEOUT_S * 1000:g} ms batch timeout (pipeserve: adaptive mode, which waits only when waiting pays). "
+        "The in-process limit is the best of batch sizes 1 and 8 (images/s; latency at batch 1), with no server."
+    )
+    return header + "\n\n" + "\n".join(lines) + "\n"
+
+
+def plot(table: list[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    for name in dict.fromkeys(p.contender for p in table):
+        rows = [p for p in table if p.contender == name]
+        xs = [p.concurrency for p in rows]
+        style = "--" if name.startswith("in-process") else "-"
+        left.plot(xs, [p.rps for p in rows], style, marker="o", label=name)
+        if not name.startswith("in-process"):
+            right.plot(xs, [p.p99_ms for p in rows], style, marker="o", label=name)
+    left.set(xscale="log", xlabel="concurrency", ylabel="requests/s", title="imagenet throughput (one core)")
+    right.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="p99 latency (ms)", title="imagenet p99")
+    for axis in (left, right):
+        axis.set_xticks(
+            sorted({p.concurrency for p in table}), labels=[str(c) for c in sorted({p.concurrency for p in table})]
+        )
+        axis.grid(True, alpha=0.3)
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
+    parser.add_argument("--duration", type=float, default=6.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--client-core", type=int, default=1)
+    parser.add_argument("--only", nargs="*", help="only contenders whose name contains one of these words")
+    parser.add_argument("--quick", action="store_true", help="4 s per point, 1 repeat")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks" / "batching.md")
+    args = parser.parse_args()
+    if args.quick:
+        args.duration, args.repeats = 4.0, 1
+    points = run(args)
+    table = summarize(points)
+    results = checks(table)
+    text = markdown(table, results, args)
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    plot_path = args.output.with_suffix(".png")
+    plot(table, plot_path)
+    args.output.write_text(
+        f"# Micro-batching benchmark (imagenet)\n\nCommand: `{' '.join(['python', *sys.argv])}`\n\n"
+        f"{text}\n![req/s and p99 against concurrency]({plot_path.name})\n"
+    )
+    (ROOT / "bench" / "results" / "batching.json").write_text(json.dumps([asdict(p) for p in points], indent=1))
+
+
+if __name__ == "__main__":
+    main()
