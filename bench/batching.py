@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.run import LUA, ROOT, free_port, server, wrk
+from bench.run import LUA, ROOT, free_port, only_running, server, wrk
 
 PY = sys.executable
 PEERS = ROOT / "bench" / "peers"
@@ -268,8 +268,10 @@ def run(args: argparse.Namespace) -> list[Point]:
             for c in chosen
         }
         for c in chosen:  # warm up every server (and let adaptive batchers learn) before measuring
+            only_running(urls[c.name])
             wrk(urls[c.name], c.body, 8, 3, args.client_core, lua, c.path)
         for repeat in range(args.repeats):
+            only_running(None)
             limits = {
                 engine: max(
                     (in_process(engine, b, body["json"], args.duration / 2, args.server_core) for b in (1, MAX_BATCH)),
@@ -295,6 +297,7 @@ def run(args: argparse.Namespace) -> list[Point]:
                     )
                 for c in chosen:
                     url = urls[c.name]
+                    only_running(url)
                     before = batch_counter(url, c.batch_source)
                     rps, p50, p99 = wrk(url, c.body, concurrency, args.duration, args.client_core, lua, c.path)
                     after = batch_counter(url, c.batch_source)

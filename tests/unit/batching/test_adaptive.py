@@ -154,7 +154,7 @@ def test_best_size_is_the_cheapest_per_row() -> None:
     assert model.best_size(8) == 1
     model.observe(4, 0.100)  # 25 ms per row: the cheapest
     assert model.best_size(8) == 4
-    assert model.best_size(2) == 1, "sizes above the limit do not count"
+    assert model.best_size(2) is None, "sizes above the limit do not count: one size left"
     model.observe(2, 0.0505)  # within 5% of the best per row, and larger sizes win ties
     assert model.best_size(8) == 4
 
