@@ -68,7 +68,6 @@ class RequestInfo:
     annotations: dict[str, Any] = field(default_factory=dict)
 
 
-@lru_cache(maxsize=256)
 class Activity:
     """How many requests the process is serving right now, counted where they enter (the transport).
 
