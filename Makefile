@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 
-.PHONY: all install examples serve serve-iris test test-fast lint typecheck bench clean
+.PHONY: all install examples serve serve-iris test test-fast lint typecheck bench bench-batching peers clean
 
 all: install examples
 
@@ -61,7 +61,15 @@ test-fast: install examples
 
 bench: install examples
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
-	$(PY) bench/run.py $(BENCH_ARGS)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+# The batching benchmark also runs LitServe, BentoML and MLServer, each in its own venv under bench/peers/.
+peers:
+	bench/peers/setup.sh litserve bentoml mlserver
+
+bench-batching: install examples peers
+	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
+	$(PY) -m bench.batching $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cat.jpg examples/*/models examples/*/golden.json \

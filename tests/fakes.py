@@ -19,6 +19,7 @@ class _Fake(Runtime):
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
         self.seen: list[float] = []  # the first column of every row run, to tell which requests ran
+        self.batch_rows: list[list[float]] = []  # the same, batch by batch
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -29,7 +30,9 @@ class _Fake(Runtime):
     def _record(self, inputs: TensorDict) -> None:
         with self._lock:
             self.batches.append(int(inputs["input"].shape[0]))
-            self.seen.extend(float(v) for v in np.asarray(inputs["input"])[:, 0])
+            rows = [float(v) for v in np.asarray(inputs["input"])[:, 0]]
+            self.seen.extend(rows)
+            self.batch_rows.append(rows)
 
 
 class EchoRuntime(_Fake):

@@ -62,6 +62,9 @@ class Batcher(Generic[T, R]):
     (``size_of``), so a request carrying 3 rows fills 3 of ``max_batch_size``. FIFO: items run in the order
     they were submitted; an item whose caller went away or whose deadline passed is dropped before it runs.
 
+    In adaptive mode the batcher learns how long a batch of each size takes (``latency``) from the batches it
+    runs, to decide whether waiting for company pays and which batch size costs least per row.
+
     Example:
         >>> async def double(xs: list[int]) -> list[int]:
         ...     return [2 * x for x in xs]
@@ -80,6 +83,7 @@ class Batcher(Generic[T, R]):
         name: str = "batcher",
         size_of: Callable[[T], int] | None = None,
         on_batch: Callable[[BatchInfo], None] | None = None,
+        learns_latency: bool = True,
     ) -> None:
         fns = list(fn) if isinstance(fn, Sequence) else [fn] * policy.workers
         if len(fns) != policy.workers:
@@ -89,6 +93,9 @@ class Batcher(Generic[T, R]):
         self.name = name
         self._size_of = size_of
         self._on_batch = on_batch
+        # When ``fn`` waits for a shared thread pool, its wall time includes that wait; such a caller turns this
+        # off and feeds ``latency`` with the engine's own time instead.
+        self._learns_latency = learns_latency
         self._queue: deque[_Pending[T, R]] = deque()
         self._wakeup: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -266,7 +273,8 @@ class Batcher(Generic[T, R]):
             _fail(batch, exc)
             return
         run_s = time.monotonic() - started
-        self.latency.observe(rows, run_s)
+        if self._learns_latency:
+            self.latency.observe(rows, run_s)
         info = BatchInfo(batch_id, rows, len(batch), started - batch[0].enqueued_s, run_s, worker)
         for entry, result in zip(batch, results, strict=True):
             if not entry.future.done():

@@ -187,7 +187,14 @@ class ModelNode:
             self._executor = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix=f"model-{self.name}")
             self._owns_executor = True
         fns = [functools.partial(self._run_batch, replica=i) for i in range(len(self.replicas))]
-        self._batcher = Batcher(fns, self.policy, name=f"model {self.name!r}", size_of=_rows, on_batch=self._batch_done)
+        self._batcher = Batcher(
+            fns,
+            self.policy,
+            name=f"model {self.name!r}",
+            size_of=_rows,
+            on_batch=self._batch_done,
+            learns_latency=False,
+        )
         await self._batcher.start()
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -226,7 +233,10 @@ class ModelNode:
         else:
             with self._locks[replica]:
                 outputs = runtime.predict(inputs)
-        self._recent_run_s.append(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._recent_run_s.append(elapsed)
+        if self._batcher is not None:  # the engine's own time, without the wait for a thread
+            self._batcher.latency.observe(_rows(inputs), elapsed)
         if self._last_inputs is None:
             self._last_inputs = inputs
         return outputs

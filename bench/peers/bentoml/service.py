@@ -24,7 +24,7 @@ class Imagenet:
         self.input_name = self.session.get_inputs()[0].name
         self.names = labels()
 
-    @bentoml.api(batchable=MAX_BATCH > 1, max_batch_size=MAX_BATCH, max_latency_ms=60_000)
+    @bentoml.api(batchable=MAX_BATCH > 1, max_batch_size=MAX_BATCH, max_latency_ms=10_000)
     def predict_label(self, data: list[str]) -> list[str]:
         record_batch(len(data))
         batch: Any = np.concatenate([preprocess_image(item) for item in data])
