@@ -144,6 +144,11 @@ class Pipeline:
         """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
         for model in self.models:
             model.settle_execution()
+            # On a single core a batch of one, alone in the process, gains nothing from a thread hop either.
+            fastest = model.fastest_run_s
+            on_cpu = all(replica.options.device == "cpu" for replica in model.replicas)
+            if self._single_core and model.queued and on_cpu and fastest is not None and fastest <= IDLE_INLINE_MAX_S:
+                model.alone = self._is_alone
         self._warming = False
         self._plans = self._build_plans()
 

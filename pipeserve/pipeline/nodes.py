@@ -137,6 +137,8 @@ class ModelNode:
         self._locks = [threading.Lock() for _ in self.replicas]
         self._turn = itertools.count()
         self._last_inputs: TensorDict | None = None  # one real input, kept for timing the model after warm-up
+        #: Set on a single core: "this request is the only one in progress", so a batch of one may run on the loop.
+        self.alone: Callable[[], bool] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -146,6 +148,11 @@ class ModelNode:
     @property
     def runs_inline(self) -> bool:
         return self.runs_on_loop
+
+    @property
+    def fastest_run_s(self) -> float | None:
+        """The shortest engine run seen (warm-up included), or ``None`` before any."""
+        return min(self._recent_run_s) if self._recent_run_s else None
 
     @property
     def batcher(self) -> Batcher[TensorDict, TensorDict] | None:
@@ -309,7 +316,7 @@ class ModelNode:
             merged = items[0]
         else:
             merged = {name: np.concatenate([item[name] for item in items]) for name in self._input_names}
-        if self.runs_on_loop:
+        if self.runs_on_loop or (len(items) == 1 and self.alone is not None and self.alone()):
             outputs = self._predict_timed(merged, replica)
         else:
             outputs = await asyncio.get_running_loop().run_in_executor(

@@ -168,3 +168,28 @@ async def test_several_cores_always_use_the_worker_thread(tmp_path: Path, monkey
             assert (await service.predict(1)).startswith("pipeline-where")
     finally:
         await service.stop()
+
+
+@pytest.mark.parametrize(("cores", "alone_inline"), [(1, True), (2, False)])
+async def test_a_batch_of_one_alone_on_one_core_skips_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, alone_inline: bool
+) -> None:
+    from pipeserve import InferenceService, load_spec
+    from pipeserve.pipeline import executor
+
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
+        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:EchoRuntime', artifact: weights.bin,"
+        " execution: thread}\n    batching: {max_batch_size: 4}\n"
+    )
+    monkeypatch.setattr(executor, "available_cores", lambda: cores)
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        model = service.pipeline.nodes["model"]
+        assert (model.alone is not None) is alone_inline
+        with service.activity:
+            assert (await service.predict([[3, 4]])).tolist() == [3.0, 4.0]
+    finally:
+        await service.stop()
