@@ -187,8 +187,8 @@ async def test_a_batch_of_one_alone_on_one_core_skips_the_thread(
     service = InferenceService(load_spec(tmp_path))
     await service.start()
     try:
-        model = service.pipeline.nodes["model"]
         model = service.pipeline.models[0]
+        assert (model.alone is not None) is alone_inline
         with service.activity:
             assert (await service.predict([[3, 4]])).tolist() == [3.0, 4.0]
     finally:
