@@ -403,13 +403,19 @@ def plot(table: list[Point], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for name in dict.fromkeys(p.contender for p in table):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate(dict.fromkeys(p.contender for p in table)):
         rows = [p for p in table if p.contender == name]
         xs = [p.concurrency for p in rows]
-        style = "--" if name.startswith("in-process") else "-"
-        left.plot(xs, [p.rps for p in rows], style, marker="o", label=name)
+        style = {
+            "linestyle": "--" if name.startswith("in-process") else "-",
+            "marker": "o",
+            "color": colors[i % len(colors)],
+            "label": name,
+        }
+        left.plot(xs, [p.rps for p in rows], **style)
         if not name.startswith("in-process"):
-            right.plot(xs, [p.p99_ms for p in rows], style, marker="o", label=name)
+            right.plot(xs, [p.p99_ms for p in rows], **style)
     left.set(xscale="log", xlabel="concurrency", ylabel="requests/s", title="imagenet throughput (one core)")
     right.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="p99 latency (ms)", title="imagenet p99")
     for axis in (left, right):
@@ -418,6 +424,7 @@ def plot(table: list[Point], path: Path) -> None:
         )
         axis.grid(True, alpha=0.3)
     left.legend(fontsize=7)
+    right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
