@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from pipeserve.config import ServerSettings
+from pipeserve.config import InferServerSettings, ServerSettings
+from pipeserve.errors import SpecError
 from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.executor import default_worker_threads
 from pipeserve.pipeline.loader import load_spec
 from pipeserve.server.rest import RestApp, create_app
+from pipeserve.server.v2 import V2HttpApp, start_grpc_server
 from pipeserve.service import InferenceService
+from pipeserve.service.models import ModelRepository, ModelService
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ def serve(settings: ServerSettings) -> None:
         _serve_gunicorn(settings)
 
 
-def _uvicorn_options(settings: ServerSettings) -> dict[str, Any]:
+def _uvicorn_options(settings: ServerSettings | InferServerSettings) -> dict[str, Any]:
     return {
         "log_config": None,
         "access_log": False,  # our own access line carries the request id and latency
@@ -139,3 +143,76 @@ async def check_pipeline(spec_dir: Path | str) -> dict[str, Any]:
         }
     finally:
         await service.stop()
+
+
+def build_model_service(settings: InferServerSettings, metrics: Metrics | None = None) -> ModelService:
+    """The models to serve: the spec's model nodes (the release), or a NAME/VERSION/ repository."""
+    if (settings.spec_dir is None) == (settings.repository is None):
+        raise SpecError("give either a spec directory or --repository (not both)")
+    if settings.spec_dir is not None:
+        repository = ModelRepository.from_spec(load_spec(settings.spec_dir))
+    else:
+        assert settings.repository is not None
+        repository = ModelRepository.from_directory(settings.repository)
+    return ModelService(
+        repository,
+        metrics=metrics,
+        warmup_runs=settings.warmup_runs,
+        worker_threads=settings.worker_threads,
+        max_in_flight=settings.max_in_flight,
+        server_version=_version(),
+    )
+
+
+def serve_infer(settings: InferServerSettings) -> None:
+    """Serve v2 HTTP (uvicorn) and gRPC from one event loop until SIGINT/SIGTERM."""
+    configure_logging(settings.log_level, settings.log_format)
+    asyncio.run(_serve_infer(settings))
+
+
+async def _serve_infer(settings: InferServerSettings) -> None:
+    import uvicorn
+
+    metrics = Metrics()
+    service = build_model_service(settings, metrics)
+    grpc_server = await start_grpc_server(service, settings.host, settings.grpc_port)
+
+    async def startup() -> None:
+        await service.start()
+        logger.info(
+            "Inference server ready: http://%s:%d/v2, gRPC %s:%d (%s)",
+            settings.host,
+            settings.http_port,
+            settings.host,
+            settings.grpc_port,
+            service.repository.description,
+        )
+
+    async def shutdown() -> None:
+        await grpc_server.stop(settings.graceful_timeout_s)
+        await service.stop(settings.graceful_timeout_s)
+
+    app = V2HttpApp(
+        service,
+        max_body_bytes=settings.max_body_bytes,
+        default_timeout_s=settings.request_timeout_s,
+        metrics_render=metrics.render,
+        on_startup=startup,
+        on_shutdown=shutdown,
+    )
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.http_port,
+        **_uvicorn_options(settings),
+    )
+    await uvicorn.Server(config).serve()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pipeserve")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "0+unknown"

@@ -70,3 +70,40 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+
+class InferServerSettings(BaseSettings):
+    """How one v2 inference server runs (``pipeserve serve-infer``): HTTP and gRPC in one process.
+
+    Example:
+        >>> InferServerSettings(spec_dir=Path("examples/iris")).grpc_port
+        50051
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_")
+
+    spec_dir: Path | None = Field(default=None, description="Serve this spec's model nodes (the release).")
+    repository: Path | None = Field(default=None, description="Or serve a NAME/VERSION/ model repository.")
+    host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
+    http_port: int = Field(default=8012, ge=0, le=65535)
+    grpc_port: int = Field(default=50051, ge=0, le=65535)
+    log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
+    log_format: Literal["json", "text"] = Field(default="json")
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    worker_threads: int | None = Field(default=None, ge=1, le=256)
+    request_timeout_s: float | None = Field(default=60.0, gt=0)
+    max_in_flight: int = Field(default=512, ge=1)
+    warmup_runs: int = Field(default=3, ge=0, le=1000)
+    graceful_timeout_s: float = Field(
+        default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("spec_dir", "repository")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().resolve()

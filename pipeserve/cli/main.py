@@ -57,6 +57,32 @@ def serve(spec_dir: Path, **options: Any) -> None:
             raise SpecInvalid(str(exc)) from exc
 
 
+@cli.command("serve-infer")
+@click.argument("spec_dir", required=False, type=click.Path(exists=True, path_type=Path))
+@click.option("--repository", type=click.Path(exists=True, path_type=Path), help="Serve a NAME/VERSION/ repository.")
+@click.option("--host", default=None, help="Bind address [env HOST; default 127.0.0.1].")
+@click.option("--http-port", type=int, default=None, help="v2 HTTP port [8012].")
+@click.option("--grpc-port", type=int, default=None, help="v2 gRPC port [50051].")
+@click.option("--log-level", default=None, help="critical|error|warning|info|debug [env LOGLEVEL; default info].")
+@click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
+def serve_infer(spec_dir: Path | None, **options: Any) -> None:
+    """Serve the model nodes of SPEC_DIR (or a --repository) over the Open Inference Protocol, HTTP and gRPC."""
+    from pipeserve.config import InferServerSettings
+
+    given = {key: value for key, value in options.items() if value is not None}
+    try:
+        settings = InferServerSettings(spec_dir=spec_dir, **given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    from pipeserve.app import serve_infer as run_server
+
+    try:
+        run_server(settings)
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+
+
 @contextlib.contextmanager
 def _metrics_shared_by_workers(workers: int) -> Iterator[None]:
     """With several workers, give them one PROMETHEUS_MULTIPROC_DIR so /metrics adds up all of them."""

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeserve.batching import BatchPolicy
@@ -20,7 +21,7 @@ from pipeserve.pipeline.graph import DEFAULT_ENDPOINT, INPUT
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.nodes import HandlerNode, ModelNode, StepNode
-from pipeserve.pipeline.spec import NodeSpec
+from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta, NodeSpec
 from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
 from pipeserve.runtimes.devices import assign_devices
@@ -350,10 +351,41 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
         factory = resolve_handler(meta.handler_module, loaded.base_dir, file=file, node=spec.name)
         context_h = HandlerContext(node=spec.name, base_dir=loaded.base_dir, params=dict(spec.params), labels=labels)
         return HandlerNode(spec.name, meta.handler_module, factory, context_h)
+    return build_model_node(
+        spec.name,
+        meta,
+        spec.batching,
+        base_dir=loaded.base_dir,
+        artifact=loaded.resolve(meta.artifact) if meta.artifact else None,
+        file=file,
+        pipeline=loaded.spec.name,
+    )
+
+
+def build_model_node(
+    name: str,
+    meta: ModelLoadMeta,
+    batching: BatchingSpec | None,
+    *,
+    base_dir: Path,
+    artifact: Path | None,
+    file: str = "",
+    pipeline: str = "",
+    queued: bool | None = None,
+) -> ModelNode:
+    """A model node from its ``model_load_meta`` and ``batching``: one runtime per replica, devices assigned.
+
+    ``queued`` puts requests through a batcher even without ``batching`` (FIFO, bounded, deadlines, batches of
+    one): an inference server does this for every model. Default: queued exactly when batching is configured.
+
+    Raises:
+        SpecError: an unknown runtime.
+    """
+    assert meta.runtime is not None
     try:
         runtime_cls = runtime_class(meta.runtime)
     except SpecError as exc:
-        raise SpecError(exc.problem, file=file, node=spec.name, field="model_load_meta.runtime") from exc
+        raise SpecError(exc.problem, file=file, node=name, field="model_load_meta.runtime") from exc
     extra = dict(meta.options)
     if meta.runtime == "python" and meta.handler_module is not None:
         extra.setdefault("class", meta.handler_module)
@@ -361,17 +393,16 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
     replicas = [
         runtime_cls(
             RuntimeOptions(
-                artifact=loaded.resolve(meta.artifact) if meta.artifact else None,
+                artifact=artifact,
                 device=device,
                 intra_op_threads=meta.intra_op_threads,
                 inter_op_threads=meta.inter_op_threads,
                 extra=extra,
-                base_dir=loaded.base_dir,
+                base_dir=base_dir,
             )
         )
         for device in devices
     ]
-    batching = spec.batching
     policy = (
         BatchPolicy(
             max_batch_size=batching.max_batch_size,
@@ -384,12 +415,12 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
         else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=meta.replicas)
     )
     return ModelNode(
-        spec.name,
+        name,
         replicas,
         policy,
         version=meta.version,
         outputs=meta.outputs,
-        pipeline=loaded.spec.name,
+        pipeline=pipeline,
         execution=meta.execution,
-        queued=batching is not None,
+        queued=batching is not None if queued is None else queued,
     )

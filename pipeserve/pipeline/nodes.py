@@ -258,9 +258,13 @@ class ModelNode:
             self.on_batch(self, info)
 
     async def acall(self, value: Any) -> Any:
+        return self._select(await self.infer(self._inputs(value)))
+
+    async def infer(self, tensors: TensorDict) -> TensorDict:
+        """One request's named tensors through the batcher; every output (an inference server selects its own)."""
         if self._batcher is None:
             raise NotReady(f"model {self.name!r} is not started")
-        traced = await self._batcher.submit_traced(self._inputs(value), deadline_s=request_deadline.get())
+        traced = await self._batcher.submit_traced(tensors, deadline_s=request_deadline.get())
         annotations = request_annotations.get()
         if annotations is not None:
             annotations.setdefault("batches", {})[self.name] = {
@@ -268,7 +272,7 @@ class ModelNode:
                 "batch_size": traced.batch.size,
                 "queue_wait_ms": round(traced.queue_wait_s * 1000, 3),
             }
-        return self._select(traced.result)
+        return traced.result
 
     def _select(self, outputs: TensorDict) -> Any:
         if self._selected is None:
@@ -276,6 +280,10 @@ class ModelNode:
         if len(self._selected) == 1:
             return outputs[self._selected[0]]
         return {name: outputs[name] for name in self._selected}
+
+    def check_inputs(self, value: Any) -> TensorDict:
+        """One request's input as the model's named tensors, cast and shape-checked."""
+        return self._inputs(value)
 
     def _inputs(self, value: Any) -> TensorDict:
         if isinstance(value, dict):

@@ -1,0 +1,134 @@
+"""``inference.GRPCInferenceService`` over ModelService: raw output contents, domain errors as status codes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, PipeserveError
+from pipeserve.service.models import RELEASE_PARAMETER, ModelService
+from pipeserve.v2 import grpc_codec
+from pipeserve.v2._proto import inference_pb2 as pb
+from pipeserve.v2.grpc_service import MESSAGE_OPTIONS, add_servicer
+
+logger = logging.getLogger("pipeserve.server.grpc")
+T = TypeVar("T")
+
+#: Domain errors -> gRPC status (Triton's mapping; overload is RESOURCE_EXHAUSTED so clients do not take the
+#: server for dead, as they do on UNAVAILABLE).
+_STATUS: list[tuple[type[Exception], grpc.StatusCode]] = [
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (NotReady, grpc.StatusCode.UNAVAILABLE),
+    (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+]
+
+
+class GrpcInferenceServicer:
+    """The RPCs, named as in the protocol."""
+
+    def __init__(self, service: ModelService) -> None:
+        self.service = service
+
+    async def _answer(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except PipeserveError as exc:
+            code = next((c for kind, c in _STATUS if isinstance(exc, kind)), grpc.StatusCode.INTERNAL)
+            await context.abort(code, str(exc))
+        except Exception:
+            logger.exception("gRPC call failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+        raise AssertionError("unreachable")  # context.abort raises
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.service.is_ready)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        async def call() -> pb.ModelReadyResponse:
+            return pb.ModelReadyResponse(ready=self.service.entry(request.name, request.version).state == "READY")
+
+        return await self._answer(context, call)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        meta = self.service.server_metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        async def call() -> pb.ModelMetadataResponse:
+            meta = self.service.model_metadata(request.name, request.version)
+            response = pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"])
+            for field in ("inputs", "outputs"):
+                for tensor in meta[field]:
+                    getattr(response, field).add(
+                        name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"]
+                    )
+            grpc_codec.set_parameters(response.parameters, meta["parameters"])
+            return response
+
+        return await self._answer(context, call)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        async def call() -> pb.ModelInferResponse:
+            inputs = grpc_codec.request_tensors(request)
+            timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters))
+            with self.service.activity:
+                entry, outputs = await self.service.infer(
+                    request.model_name, request.model_version, inputs, timeout_s=timeout_s
+                )
+            requested = [out.name for out in request.outputs] or None
+            return grpc_codec.build_response(
+                entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}
+            )
+
+        return await self._answer(context, call)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        response = pb.RepositoryIndexResponse()
+        for row in self.service.index(ready_only=request.ready):
+            response.models.add(**row)
+        return response
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        async def call() -> pb.RepositoryModelLoadResponse:
+            await self.service.load(request.model_name)
+            return pb.RepositoryModelLoadResponse()
+
+        return await self._answer(context, call)
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        async def call() -> pb.RepositoryModelUnloadResponse:
+            await self.service.unload(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await self._answer(context, call)
+
+
+def _timeout(context: Any, parameters: dict[str, Any]) -> float | None:
+    """The call's gRPC deadline, or Triton's ``timeout`` parameter (microseconds), whichever is sooner."""
+    remaining = context.time_remaining()
+    given = parameters.get("timeout")
+    candidates = [t for t in (remaining, given / 1e6 if isinstance(given, int) and given > 0 else None) if t]
+    return min(candidates) if candidates else None
+
+
+async def start_grpc_server(service: ModelService, host: str, port: int) -> grpc.aio.Server:
+    """Bind and start the gRPC server (message limits raised to 1 GiB). Raises OSError if the port is taken."""
+    server = grpc.aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
+    add_servicer(server, GrpcInferenceServicer(service))
+    address = f"{host}:{port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot bind gRPC to {address}")
+    await server.start()
+    return server

@@ -1,0 +1,143 @@
+"""Tensors <-> gRPC v2 messages, for both sides: raw contents out (tritonclient reads only those), raw or typed in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeserve.errors import InvalidInput
+from pipeserve.types import Tensor, TensorDict
+from pipeserve.v2._proto import inference_pb2 as pb
+from pipeserve.v2.datatypes import datatype_of, decode_raw, encode_raw, numpy_of
+
+#: Where each datatype's elements go in InferTensorContents (typed, non-raw requests).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def get_parameters(params: Any) -> dict[str, Any]:
+    """A protobuf ``map<string, InferParameter>`` as plain Python values."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        which = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, which) if which else None
+    return out
+
+
+def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict:
+    specs = list(specs)
+    if raw and len(raw) != len(specs):
+        raise InvalidInput(f"{len(raw)} raw contents for {len(specs)} {what}s", expected=f"one raw entry per {what}")
+    tensors: TensorDict = {}
+    for i, spec in enumerate(specs):
+        shape = list(spec.shape)
+        if raw:
+            tensors[spec.name] = decode_raw(raw[i], spec.datatype, shape, name=spec.name)
+            continue
+        field = _CONTENTS_FIELD.get(spec.datatype)
+        if field is None:
+            numpy_of(spec.datatype)  # unknown name -> InvalidInput
+            raise InvalidInput(f"{what} {spec.name!r}: {spec.datatype} can only travel raw", expected="raw contents")
+        values = list(getattr(spec.contents, field))
+        if spec.datatype == "BYTES":
+            array: Tensor = np.empty(len(values), dtype=object)
+            array[:] = values
+        else:
+            array = np.asarray(values, dtype=numpy_of(spec.datatype))
+        count = int(np.prod(shape)) if shape else 1
+        if array.size != count:
+            raise InvalidInput(
+                f"{what} {spec.name!r} has {array.size} elements in its contents", expected=f"{count} for shape {shape}"
+            )
+        tensors[spec.name] = array.reshape(shape)
+    return tensors
+
+
+def request_tensors(request: pb.ModelInferRequest) -> TensorDict:
+    """The named input tensors of a request (raw or typed contents).
+
+    Raises:
+        InvalidInput: sizes that do not match shapes, unknown datatypes, duplicate names.
+    """
+    names = [t.name for t in request.inputs]
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"input names {names} repeat", expected="each input once")
+    return _tensors(request.inputs, list(request.raw_input_contents), what="input")
+
+
+def response_tensors(response: pb.ModelInferResponse) -> TensorDict:
+    return _tensors(response.outputs, list(response.raw_output_contents), what="output")
+
+
+def build_response(
+    model_name: str,
+    version: str,
+    request_id: str,
+    outputs: TensorDict,
+    requested: list[str] | None,
+    parameters: Mapping[str, Any] | None = None,
+) -> pb.ModelInferResponse:
+    """A response with raw output contents, in ``requested`` order (all outputs when None).
+
+    Raises:
+        InvalidInput: a requested output the model does not have.
+    """
+    names = requested or list(outputs)
+    unknown = [n for n in names if n not in outputs]
+    if unknown:
+        raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
+    response = pb.ModelInferResponse(model_name=model_name, model_version=version, id=request_id)
+    if parameters:
+        set_parameters(response.parameters, parameters)
+    for name in names:
+        array = outputs[name]
+        response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
+        response.raw_output_contents.append(encode_raw(array))
+    return response
+
+
+def build_request(
+    model_name: str,
+    version: str,
+    inputs: TensorDict,
+    outputs: list[str] | None = None,
+    *,
+    request_id: str = "",
+    parameters: Mapping[str, Any] | None = None,
+) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name=model_name, model_version=version, id=request_id)
+    if parameters:
+        set_parameters(request.parameters, parameters)
+    for name, array in inputs.items():
+        request.inputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
+        request.raw_input_contents.append(encode_raw(array))
+    for name in outputs or []:
+        request.outputs.add(name=name)
+    return request
