@@ -14,6 +14,7 @@ from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.executor import default_worker_threads
 from pipeserve.pipeline.loader import load_spec
+from pipeserve.remote import RemoteModels
 from pipeserve.server.rest import RestApp, create_app
 from pipeserve.server.v2 import V2HttpApp, start_grpc_server
 from pipeserve.service import InferenceService
@@ -29,12 +30,18 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
         >>> app = build_rest_app(ServerSettings(spec_dir=Path("examples/iris")))  # doctest: +SKIP
     """
     metrics = Metrics()
+    remote = (
+        RemoteModels(settings.infer_urls, release_check=settings.release_check, call_timeout_s=settings.infer_timeout_s)
+        if settings.infer_urls
+        else None
+    )
     service = InferenceService(
         load_spec(settings.spec_dir),
         metrics=metrics,
         warmup_runs=settings.warmup_runs,
         max_in_flight=settings.max_in_flight,
         worker_threads=settings.worker_threads or default_worker_threads(settings.workers),
+        remote=remote,
     )
     return create_app(service, settings, metrics)
 

@@ -60,6 +60,21 @@ class ServerSettings(BaseSettings):
     max_in_flight: int = Field(default=256, ge=1, description="Predictions in progress at once; more get 503.")
     warmup_runs: int = Field(default=5, ge=0, le=1000)
     root_path: str = Field(default="")
+    infer: str | None = Field(
+        default=None,
+        description="Comma-separated v2 inference endpoints (grpc://host:port or http://host:port) that serve the "
+        "model nodes: the preprocessing server of the split. Unset: models run in-process.",
+    )
+    release_check: Literal["fingerprint", "golden"] = Field(
+        default="fingerprint",
+        description="fingerprint: endpoints must report this spec's release fingerprint; golden: accept servers "
+        "that report none (MLServer, Triton), relying on the golden check across the split at warm-up.",
+    )
+    infer_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for one inference call.")
+
+    @property
+    def infer_urls(self) -> list[str]:
+        return [url.strip() for url in (self.infer or "").split(",") if url.strip()]
 
     @field_validator("log_level", mode="before")
     @classmethod

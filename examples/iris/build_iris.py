@@ -1,7 +1,8 @@
 """Build the iris example: an SVC trained on scikit-learn's iris data, converted to ONNX.
 
 Writes models/iris.onnx and golden.json (scikit-learn's own probabilities for the sample, so the golden
-check proves the ONNX conversion and the serving path agree with the reference model).
+check proves the ONNX conversion and the serving path agree with the reference model), and models/iris.joblib
+(the fitted scikit-learn model itself, which peer servers such as MLServer's sklearn runtime serve).
 
     python examples/iris/build_iris.py
 """
@@ -19,6 +20,7 @@ SAMPLE = [[5.1, 3.5, 1.4, 0.2]]
 
 
 def build(out_dir: Path = HERE) -> Path:
+    import joblib
     from skl2onnx import convert_sklearn
     from skl2onnx.common.data_types import FloatTensorType
     from sklearn.calibration import CalibratedClassifierCV
@@ -40,6 +42,7 @@ def build(out_dir: Path = HERE) -> Path:
     models.mkdir(parents=True, exist_ok=True)
     artifact = models / "iris.onnx"
     artifact.write_bytes(onnx_model.SerializeToString())
+    joblib.dump(model, models / "iris.joblib")
     reference = model.predict_proba(np.asarray(SAMPLE, dtype=np.float32))[0]
     (out_dir / "golden.json").write_text(json.dumps([round(float(p), 7) for p in reference]) + "\n")
     print(f"wrote {artifact} ({artifact.stat().st_size} bytes); sample probabilities {reference.round(4).tolist()}")

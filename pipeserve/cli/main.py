@@ -45,6 +45,19 @@ def cli() -> None:
 @click.option("--log-level", default=None, help="critical|error|warning|info|debug [env LOGLEVEL; default info].")
 @click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
 @click.option("--max-body-bytes", type=int, default=None, help="Largest request body [10 MB].")
+@click.option(
+    "--infer",
+    default=None,
+    help="v2 inference endpoints serving the model nodes, comma-separated (grpc://HOST:PORT or http://HOST:PORT): "
+    "run as the preprocessing server of the split [env PIPESERVE_INFER].",
+)
+@click.option(
+    "--release-check",
+    type=click.Choice(["fingerprint", "golden"]),
+    default=None,
+    help="How --infer endpoints are checked: the release fingerprint (pipeserve servers) or only the golden "
+    "check at warm-up (MLServer, Triton) [fingerprint].",
+)
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
     settings = _settings(spec_dir=spec_dir, **options)

@@ -21,6 +21,7 @@ from pipeserve.pipeline.graph import DEFAULT_ENDPOINT, INPUT
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.nodes import HandlerNode, ModelNode, StepNode
+from pipeserve.pipeline.remote import RemoteInference, RemoteModelNode
 from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta, NodeSpec
 from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
@@ -30,7 +31,7 @@ from pipeserve.types import Activity
 
 logger = logging.getLogger(__name__)
 
-Node = StepNode | HandlerNode | ModelNode
+Node = StepNode | HandlerNode | ModelNode | RemoteModelNode
 #: Called after each node with (node name, seconds, failed).
 NodeObserver = Callable[[str, float, bool], None]
 
@@ -98,8 +99,12 @@ class Pipeline:
         self._warming = True
 
     @classmethod
-    def compile(cls, loaded: LoadedSpec, *, worker_threads: int | None = None) -> Pipeline:
+    def compile(
+        cls, loaded: LoadedSpec, *, worker_threads: int | None = None, remote: RemoteInference | None = None
+    ) -> Pipeline:
         """Resolve every node's handler, step or runtime (imports only; nothing is loaded).
+
+        With ``remote``, model nodes are not loaded here: they call the models on v2 inference servers.
 
         Raises:
             SpecError: a handler is unimportable, a step or runtime unknown, or a parameter invalid.
@@ -107,13 +112,17 @@ class Pipeline:
         file = str(loaded.path)
         unreachable = set(loaded.graph.unreachable)
         # Every node is compiled, so that a typo in an unreachable node is still an error; only reachable ones run.
-        compiled = [_compile_node(loaded, spec, file) for spec in loaded.spec.nodes]
+        compiled = [_compile_node(loaded, spec, file, remote) for spec in loaded.spec.nodes]
         nodes = [node for node in compiled if node.name not in unreachable]
         return cls(loaded, nodes, worker_threads=worker_threads)
 
     @property
     def models(self) -> list[ModelNode]:
         return [node for node in self._order if isinstance(node, ModelNode)]
+
+    @property
+    def remotes(self) -> list[RemoteModelNode]:
+        return [node for node in self._order if isinstance(node, RemoteModelNode)]
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -139,6 +148,8 @@ class Pipeline:
             logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
         for model in self.models:
             await model.start(self._executor)
+        for node in self.remotes:
+            await node.start()
         self._plans = self._build_plans()
 
     def finish_warm_up(self) -> None:
@@ -339,7 +350,7 @@ def default_worker_threads(workers: int = 1) -> int:
     return max(1, available_cores() // max(1, workers))
 
 
-def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
+def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str, remote: RemoteInference | None = None) -> Node:
     labels = loaded.labels
     if spec.step is not None:
         context = StepContext(node=spec.name, base_dir=loaded.base_dir, labels=labels)
@@ -351,6 +362,15 @@ def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str) -> Node:
         factory = resolve_handler(meta.handler_module, loaded.base_dir, file=file, node=spec.name)
         context_h = HandlerContext(node=spec.name, base_dir=loaded.base_dir, params=dict(spec.params), labels=labels)
         return HandlerNode(spec.name, meta.handler_module, factory, context_h)
+    if remote is not None:
+        return RemoteModelNode(
+            spec.name,
+            remote,
+            model=meta.remote.model or spec.name,
+            version=meta.remote.version if meta.remote.version is not None else meta.version,
+            outputs=meta.remote.outputs or meta.outputs,
+            input_names=meta.remote.inputs,
+        )
     return build_model_node(
         spec.name,
         meta,

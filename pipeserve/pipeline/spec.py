@@ -40,6 +40,25 @@ class TensorDecl(_Strict):
     shape: list[int] | None = None
 
 
+class RemoteSpec(_Strict):
+    """How a preprocessing server (``pipeserve serve --infer URL``) calls this model on a v2 inference server.
+
+    Defaults fit a pipeserve inference server serving the same spec: the node's name and version, its outputs.
+    """
+
+    model: str | None = Field(default=None, description="Model name on the inference server; default: the node name.")
+    version: str | None = Field(default=None, description="Model version; default: model_load_meta.version.")
+    inputs: list[str] | None = Field(default=None, description="Input names, when the server's metadata has none.")
+    outputs: list[str] | None = Field(
+        default=None, description="Outputs to request (and pass on); default: model_load_meta.outputs, else all."
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) else value
+
+
 class ModelLoadMeta(_Strict):
     """How to load a node: a Python handler, or a model runtime with its artifact."""
 
@@ -65,6 +84,7 @@ class ModelLoadMeta(_Strict):
         "hop (auto: decided from the warm-up runs).",
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Runtime-specific options.")
+    remote: RemoteSpec = Field(default_factory=RemoteSpec, description="How a preprocessing server calls it.")
 
     @field_validator("version", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
+from pipeserve.pipeline.remote import RemoteInference
 from pipeserve.pipeline.steps.tensor import lookup_labels
 from pipeserve.types import Activity
 
@@ -55,11 +56,14 @@ class InferenceService:
         warmup_runs: int = 5,
         worker_threads: int | None = None,
         max_in_flight: int = 256,
+        remote: RemoteInference | None = None,
     ) -> None:
         self.loaded = loaded
         self.spec = loaded.spec
         self.metrics = metrics
-        self.pipeline = Pipeline.compile(loaded, worker_threads=worker_threads)
+        #: Model nodes served by v2 inference servers (the preprocessing server of the split), or None: in-process.
+        self.remote = remote
+        self.pipeline = Pipeline.compile(loaded, worker_threads=worker_threads, remote=remote)
         #: Transports count their requests here (``with service.activity:``).
         self.activity = Activity()
         self.pipeline.activity = self.activity
@@ -69,7 +73,7 @@ class InferenceService:
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self.state = ServiceState.CREATED
-        self.reason = "not started"
+        self._reason = "not started"
         self.fingerprint: str | None = None
         self.golden_summary: str | None = None
         self._sample: Any = None
@@ -82,7 +86,19 @@ class InferenceService:
 
     @property
     def is_ready(self) -> bool:
-        return self.state is ServiceState.READY
+        """Warmed up with a passing golden check, and (split) some inference endpoint serves our release."""
+        return self.state is ServiceState.READY and (self.remote is None or self.remote.unavailable_reason() is None)
+
+    @property
+    def reason(self) -> str:
+        """Why the service is in its state; when ready but no inference endpoint can serve, why not."""
+        if self.state is ServiceState.READY and self.remote is not None:
+            return self.remote.unavailable_reason() or self._reason
+        return self._reason
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._reason = value
 
     async def start(self) -> None:
         """Load the nodes, warm up on the sample and run the golden check.
@@ -92,8 +108,17 @@ class InferenceService:
         """
         self._set_state(ServiceState.LOADING, "loading nodes")
         started = time.perf_counter()
-        await self.pipeline.start()
         self.fingerprint = await asyncio.to_thread(fingerprint, self.loaded)
+        if self.remote is not None:
+            await self.remote.start(self.fingerprint)
+            try:
+                await self.pipeline.start()
+            except NotReady as exc:  # no inference endpoint serving our release came up: stay up, say why
+                self._set_state(ServiceState.FAILED, f"cannot reach the models: {exc}")
+                logger.error("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
+                return
+        else:
+            await self.pipeline.start()
         self._sample = await asyncio.to_thread(self._read_sample)
         self._set_state(ServiceState.WARMING, "warming up")
         try:
@@ -119,9 +144,11 @@ class InferenceService:
         """Stop answering, finish queued work within ``grace_s``, release models."""
         self._set_state(ServiceState.STOPPED, "shutting down")
         await self.pipeline.stop(grace_s)
+        if self.remote is not None:
+            await self.remote.stop()
 
     def _set_state(self, state: ServiceState, reason: str) -> None:
-        self.state, self.reason = state, reason
+        self.state, self._reason = state, reason
         if self.metrics is not None:
             self.metrics.ready.labels(pipeline=self.spec.name).set(1 if state is ServiceState.READY else 0)
 
@@ -283,6 +310,7 @@ class InferenceService:
             "nodes": self.pipeline.describe(),
             "execution": self.pipeline.execution_plan(),
             "golden_check": self.golden_summary,
+            "inference": self.remote.describe() if self.remote is not None else "in-process",
         }
 
     def _sample_for_metadata(self) -> Any:
