@@ -96,6 +96,41 @@ def serve_infer(spec_dir: Path | None, **options: Any) -> None:
         raise SpecInvalid(str(exc)) from exc
 
 
+@cli.command()
+@SPEC_DIR
+@click.option(
+    "--pattern",
+    type=click.Choice(["prep-pred"]),
+    default="prep-pred",
+    show_default=True,
+    help="prep-pred: inference server(s) + a preprocessing server calling them over gRPC.",
+)
+@click.option("--infer-replicas", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--prep-workers", type=click.IntRange(1, 256), default=1, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--prep-port", type=int, default=8011, show_default=True)
+@click.option("--infer-http-port", type=int, default=8012, show_default=True, help="First replica's; +1 per replica.")
+@click.option("--infer-grpc-port", type=int, default=50051, show_default=True, help="First replica's; +1 per replica.")
+@click.option(
+    "--protocol",
+    type=click.Choice(["grpc", "http"]),
+    default="grpc",
+    show_default=True,
+    help="How the preprocessing server calls the inference servers.",
+)
+def up(spec_dir: Path, **options: Any) -> None:
+    """Start a serving topology for SPEC_DIR as local processes; Ctrl-C stops them all."""
+    from pipeserve.launch import Topology, run_topology
+    from pipeserve.pipeline.loader import load_spec
+
+    try:
+        load_spec(spec_dir)  # a bad spec fails here, once, not in every process
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+    code = run_topology(Topology(spec_dir=spec_dir.resolve(), **options))
+    raise SystemExit(code)
+
+
 @contextlib.contextmanager
 def _metrics_shared_by_workers(workers: int) -> Iterator[None]:
     """With several workers, give them one PROMETHEUS_MULTIPROC_DIR so /metrics adds up all of them."""

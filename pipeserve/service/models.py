@@ -130,7 +130,7 @@ class ModelRepository:
                     ModelEntry(
                         model_dir.name,
                         version_dir.name,
-                        _builder(model_dir.name, meta, batching_spec, model_dir, artifact, str(model_dir), queued),
+                        _builder(model_dir.name, meta, batching_spec, version_dir, artifact, str(model_dir), queued),
                         _memo(lambda d=version_dir: _digest(d)),  # type: ignore[misc]
                         source=str(version_dir),
                     )
