@@ -31,7 +31,12 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
     """
     metrics = Metrics()
     remote = (
-        RemoteModels(settings.infer_urls, release_check=settings.release_check, call_timeout_s=settings.infer_timeout_s)
+        RemoteModels(
+            settings.infer_urls,
+            release_check=settings.release_check,
+            call_timeout_s=settings.infer_timeout_s,
+            start_timeout_s=settings.infer_start_timeout_s,
+        )
         if settings.infer_urls
         else None
     )

@@ -71,6 +71,9 @@ class ServerSettings(BaseSettings):
         "that report none (MLServer, Triton), relying on the golden check across the split at warm-up.",
     )
     infer_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for one inference call.")
+    infer_start_timeout_s: float = Field(
+        default=60.0, gt=0, description="How long startup waits for an inference endpoint serving our release."
+    )
 
     @property
     def infer_urls(self) -> list[str]:
