@@ -203,7 +203,11 @@ class HttpClient(V2Client):
         self, model: str, version: str, inputs: TensorDict, outputs: list[str] | None, timeout_s: float
     ) -> tuple[TensorDict, dict[str, Any]]:
         body, json_size = encode_infer_request(inputs, outputs, binary=bool(self._binary))
-        headers = {"content-type": "application/json" if json_size is None else "application/octet-stream"}
+        headers = {
+            "content-type": "application/json" if json_size is None else "application/octet-stream",
+            # the deadline travels with the request, so the server drops the work when the caller gave up
+            "x-request-timeout-ms": str(max(1, int(timeout_s * 1000))),
+        }
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
         response = await self._request(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded, PipeserveError
+from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
 from pipeserve.pipeline.context import request_deadline
 from pipeserve.remote.clients import EndpointDown, ModelInfo, V2Client, create_client, parse_endpoint
 from pipeserve.types import Signature, TensorDict
@@ -207,8 +207,8 @@ class RemoteModels:
         except (EndpointDown, DeadlineExceeded) as exc:
             self._down(endpoint, str(exc))
             return
-        except PipeserveError as exc:
-            self._down(endpoint, f"probe failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any failure keeps it out; the probe loop must live on
+            self._down(endpoint, f"probe failed: {type(exc).__name__}: {exc}")
             return
         if not endpoint.up:
             logger.info("Inference endpoint %s is up", endpoint.url)

@@ -142,8 +142,10 @@ def decode_json(data: Any, datatype: str, shape: Sequence[int], *, name: str = "
             flat = np.asarray(data).reshape(-1)
             if flat.size and flat.dtype.kind not in "biuf":
                 raise InvalidInput(f"{label} has {flat.dtype} data", expected=f"{datatype} numbers")
+            if flat.dtype.kind == "f" and dtype.kind in "iu":  # NumPy reads [1, 2**64 - 1] as float64, inexactly
+                flat = np.asarray(data, dtype=dtype).reshape(-1)
             flat = flat.astype(dtype, copy=False)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidInput(f"{label}: data cannot be read as {datatype} ({exc})", expected="a (nested) list") from None
     if flat.size != count:
         raise InvalidInput(

@@ -53,6 +53,8 @@ def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
 
 def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict:
     specs = list(specs)
+    if raw and any(spec.HasField("contents") for spec in specs):
+        raise InvalidInput(f"{what}s carry both raw and typed contents", expected="one or the other, per message")
     if raw and len(raw) != len(specs):
         raise InvalidInput(f"{len(raw)} raw contents for {len(specs)} {what}s", expected=f"one raw entry per {what}")
     tensors: TensorDict = {}
@@ -70,7 +72,12 @@ def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict
             array: Tensor = np.empty(len(values), dtype=object)
             array[:] = values
         else:
-            array = np.asarray(values, dtype=numpy_of(spec.datatype))
+            try:
+                array = np.asarray(values, dtype=numpy_of(spec.datatype))
+            except OverflowError:
+                raise InvalidInput(
+                    f"{what} {spec.name!r} has values out of the range of {spec.datatype}", expected="values that fit"
+                ) from None
         count = int(np.prod(shape)) if shape else 1
         if array.size != count:
             raise InvalidInput(

@@ -128,7 +128,11 @@ async def start_grpc_server(service: ModelService, host: str, port: int) -> grpc
     server = grpc.aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
     add_servicer(server, GrpcInferenceServicer(service))
     address = f"{host}:{port}"
-    if server.add_insecure_port(address) == 0:
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio raises on a failed bind (older versions returned 0)
+        raise OSError(f"cannot bind gRPC to {address}: {exc}") from None
+    if bound == 0:
         raise OSError(f"cannot bind gRPC to {address}")
     await server.start()
     return server

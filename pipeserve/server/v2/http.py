@@ -244,8 +244,8 @@ def _error(exc: PipeserveError) -> tuple[int, dict[str, Any], list[tuple[bytes, 
         return 404, {"error": str(exc)}, []
     if isinstance(exc, Overloaded):
         return 503, {"error": str(exc)}, [(b"retry-after", str(max(1, round(exc.retry_after_s))).encode())]
-    if isinstance(exc, NotReady):
-        return 503, {"error": str(exc)}, [(b"retry-after", b"1")]
+    if isinstance(exc, NotReady):  # no Retry-After: clients (HttpClient) read 503 + Retry-After as overload
+        return 503, {"error": str(exc)}, []
     if isinstance(exc, DeadlineExceeded):
         return 504, {"error": str(exc)}, []
     return 500, {"error": str(exc)}, []
