@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 
-.PHONY: all install examples serve serve-iris test test-fast lint typecheck bench bench-batching peers clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split peers proto clean
 
 all: install examples
 
@@ -44,6 +44,10 @@ serve: install examples
 serve-iris: install examples
 	$(VENV)/bin/pipeserve serve examples/iris --host $(HOST) --port $(PORT)
 
+# The preprocessing-inference split: inference server(s) on 8012/50051, the preprocessing server on 8011.
+up: install examples
+	$(VENV)/bin/pipeserve up examples/imagenet --pattern prep-pred --host $(HOST)
+
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
@@ -70,6 +74,15 @@ peers:
 bench-batching: install examples peers
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.batching $(BENCH_ARGS)
+
+# Split benchmark: preprocessing -> gRPC -> inference vs web-single vs in-process; the inference server alone.
+bench-split: install examples
+	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
+	$(PY) -m bench.split $(BENCH_ARGS)
+
+# Regenerate the gRPC messages from pipeserve/v2/_proto/inference.proto.
+proto: install
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. pipeserve/v2/_proto/inference.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cat.jpg examples/*/models examples/*/golden.json \

@@ -114,7 +114,7 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
 
 
 def wrk(
-    url: str, body: Path, concurrency: int, duration_s: float, core: int, lua: Path, path: str = "/predict/label"
+    url: str, body: Path, concurrency: int, duration_s: float, core: int | str, lua: Path, path: str = "/predict/label"
 ) -> tuple[float, float, float]:
     command = [
         "taskset",

@@ -253,9 +253,14 @@ class ModelService:
         for _ in range(self.warmup_runs):
             await node.infer(node.check_inputs(inputs))
         node.settle_execution()
-        if self._single_core and node.fastest_run_s is not None and node.fastest_run_s <= 0.05:
-            # On one core, a batch of one alone in the process gains nothing from a thread hop.
-            node.alone = lambda: self._in_flight <= 1 and self.activity.is_quiet()
+        on_cpu = all(replica.options.device == "cpu" for replica in node.replicas)
+        fast = node.fastest_run_s is not None and node.fastest_run_s <= 0.05  # never block the loop for long
+        if self._single_core and on_cpu and fast and node.execution == "auto":
+            # One core: a worker thread cannot run beside the event loop, so handing each batch to it only adds
+            # the hop and the wake-ups (measured: 4-6% fewer images/s over gRPC). The engine releases the GIL,
+            # so gRPC's own I/O thread keeps receiving while a batch runs on the loop.
+            node.runs_on_loop = True
+            logger.info("Model %s runs on the event loop (one core)", node.name)
 
     def _bind_metrics(self, node: ModelNode) -> None:
         if self.metrics is None:
