@@ -53,7 +53,8 @@ def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
 
 def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict:
     specs = list(specs)
-    if raw and any(spec.HasField("contents") for spec in specs):
+    # Both at once is malformed in a request; a response may carry empty typed contents beside raw (MLServer).
+    if raw and what == "input" and any(spec.HasField("contents") and spec.contents.ByteSize() for spec in specs):
         raise InvalidInput(f"{what}s carry both raw and typed contents", expected="one or the other, per message")
     if raw and len(raw) != len(specs):
         raise InvalidInput(f"{len(raw)} raw contents for {len(specs)} {what}s", expected=f"one raw entry per {what}")

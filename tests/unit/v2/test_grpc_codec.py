@@ -357,3 +357,17 @@ def test_repository_and_health_messages_cross_both_ways() -> None:
         ).SerializeToString()
     )
     assert (meta.name, meta.version, list(meta.extensions)) == ("pipeserve", "0.1", ["binary_tensor_data"])
+
+
+def test_a_request_with_raw_and_typed_contents_is_invalid() -> None:
+    request = grpc_codec.build_request("m", "", {"x": np.array([1.0], dtype=np.float32)})
+    request.inputs[0].contents.fp32_contents.append(1.0)
+    with pytest.raises(InvalidInput, match="both raw and typed"):
+        grpc_codec.request_tensors(request)
+
+
+def test_a_response_with_raw_and_empty_typed_contents_reads_the_raw_ones() -> None:
+    """MLServer answers a raw request with raw contents and an empty ``contents`` message beside them."""
+    response = grpc_codec.build_response("m", "1", "", {"y": np.array([2.5], dtype=np.float64)}, None)
+    response.outputs[0].contents.SetInParent()
+    assert grpc_codec.response_tensors(response)["y"].tolist() == [2.5]
