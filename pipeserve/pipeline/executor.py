@@ -237,18 +237,37 @@ class Pipeline:
                 for segment in plan.segments:
                     value = await self._run_segment(segment, value)
                 return value
-            values: dict[str, Any] = {INPUT: value}
-            for segment, sources, keys in zip(plan.segments, plan.sources, plan.keys, strict=True):
-                given = (
-                    values[sources[0]] if keys is None else dict(zip(keys, (values[s] for s in sources), strict=True))
-                )
-                last = segment.nodes[-1] if isinstance(segment, _SyncSegment) else segment.node
-                values[last.name] = await self._run_segment(segment, given)
-            return values[plan.target]
+            return await self._run_dag(plan, value)
         finally:
             self._active -= 1
             if token is not None:
                 request_params.reset(token)
+
+    async def _run_dag(self, plan: _Plan, value: Any) -> Any:
+        """Every segment starts as soon as the segments it takes from are done: independent branches of the DAG
+        run at the same time (async nodes interleave on the loop, sync ones in worker threads). The first failure
+        fails the request and cancels what is still running.
+        """
+        tasks: dict[str, asyncio.Task[Any]] = {}
+
+        async def run(
+            segment: _SyncSegment | _AsyncSegment, sources: tuple[str, ...], keys: tuple[str, ...] | None
+        ) -> Any:
+            inputs = [value if source == INPUT else await tasks[source] for source in sources]
+            given = inputs[0] if keys is None else dict(zip(keys, inputs, strict=True))
+            return await self._run_segment(segment, given)
+
+        try:
+            for segment, sources, keys in zip(plan.segments, plan.sources, plan.keys, strict=True):
+                last = segment.nodes[-1] if isinstance(segment, _SyncSegment) else segment.node
+                tasks[last.name] = asyncio.create_task(run(segment, sources, keys))
+            return await tasks[plan.target]
+        finally:
+            for task in tasks.values():
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved, so a failed sibling logs no "exception was never retrieved"
 
     async def _run_segment(self, segment: _SyncSegment | _AsyncSegment, value: Any) -> Any:
         if isinstance(segment, _AsyncSegment):
