@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 
 IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
+IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
 .PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split peers proto clean
 
@@ -34,9 +35,12 @@ $(IRIS): examples/iris/build_iris.py $(INSTALLED)
 $(IMAGENET): examples/imagenet/build_imagenet.py $(INSTALLED)
 	$(PY) examples/imagenet/build_imagenet.py
 
+$(IRIS_ENSEMBLE): examples/iris_ensemble/build_iris_ensemble.py $(INSTALLED)
+	$(PY) examples/iris_ensemble/build_iris_ensemble.py
+
 cat.jpg: $(IMAGENET)
 
-examples: $(IRIS) $(IMAGENET)
+examples: $(IRIS) $(IMAGENET) $(IRIS_ENSEMBLE)
 
 serve: install examples
 	$(VENV)/bin/pipeserve serve examples/imagenet --host $(HOST) --port $(PORT)

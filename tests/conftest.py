@@ -50,6 +50,12 @@ def imagenet_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def iris_ensemble_dir() -> Path:
+    """examples/iris_ensemble with its two ONNX models and averaged golden output built."""
+    return _ensure_built("iris_ensemble", "models/svc.onnx", "build_iris_ensemble.py")
+
+
+@pytest.fixture(scope="session")
 def seed_dir() -> Path:
     """The seed pipeline of DESIGN.md's appendix, exactly as written, with three dummy handlers."""
     return EXAMPLES / "seed"

@@ -83,3 +83,34 @@ def test_a_failing_branch_fails_the_request_naming_its_node_and_the_server_goes_
     assert response.json()["node"] == "left"
     assert time.perf_counter() - started < 0.25  # the slow sibling was cancelled, not waited for
     assert client.get("/health").json() == {"health": "ok"}
+
+
+def test_the_iris_ensemble_averages_two_models_run_on_the_same_input(
+    client_factory: Any, iris_ensemble_dir: Path
+) -> None:
+    import numpy as np
+
+    client = client_factory(iris_ensemble_dir)
+    assert client.get("/health/ready").status_code == 200  # the averaged golden output was reproduced
+    rows = {"data": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]]}
+    svc = np.asarray(client.post("/predict/svc", json=rows).json()["prediction"])
+    logreg = np.asarray(client.post("/predict/logreg", json=rows).json()["prediction"])
+    ensemble = np.asarray(client.post("/predict", json=rows).json()["prediction"])
+    assert ensemble.shape == (3, 3)
+    np.testing.assert_allclose(ensemble, (svc + logreg) / 2, rtol=1e-6)
+    assert not np.allclose(svc, logreg, atol=1e-3)  # two different models, or the test proves nothing
+    labels = client.post("/predict/label", json=rows).json()["prediction"]
+    assert labels == ["setosa", "virginica", "versicolor"]
+    nodes = {n["name"]: n for n in client.get("/metadata").json()["nodes"]}
+    assert set(nodes) == {"svc", "logreg", "average"}
+
+
+def test_the_imagenet_chain_ends_in_a_business_rule(client_factory: Any, imagenet_dir: Path, cat_jpeg: bytes) -> None:
+    """embedding -> classifier head -> softmax -> top-k, and a rule joining the probabilities and the top-k."""
+    client = client_factory(imagenet_dir)
+    response = client.post("/predict/animal", files={"image": ("cat.jpg", cat_jpeg, "image/jpeg")})
+    assert response.status_code == 200, response.text
+    verdict = response.json()["prediction"]
+    assert verdict["animal"] is True
+    assert verdict["animal_prob"] > 0.9
+    assert verdict["best"] in {"tiger cat", "Egyptian cat", "tabby"}
