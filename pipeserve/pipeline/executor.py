@@ -27,7 +27,7 @@ from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
 from pipeserve.runtimes.devices import assign_devices
 from pipeserve.runtimes.registry import runtime_class
-from pipeserve.types import Activity
+from pipeserve.types import Activity, Signature, TensorSpec, numpy_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,32 @@ class Pipeline:
             await model.start(self._executor)
         for node in self.remotes:
             await node.start()
+        self._check_connections()
         self._plans = self._build_plans()
+
+    def _check_connections(self) -> None:
+        """Model feeding model: once both signatures are known (after loading), their tensors must fit.
+
+        Raises:
+            SpecError: naming the consumer, the producer and both tensors.
+        """
+        for name, node in self.nodes.items():
+            deps = self.graph.deps.get(name, ())
+            if not isinstance(node, ModelNode | RemoteModelNode) or len(deps) != 1 or deps[0] == INPUT:
+                continue
+            producer = self.nodes.get(deps[0])
+            out = _passed_output(producer)
+            inp = _sole_input(node)
+            if producer is None or out is None or inp is None:
+                continue
+            problem = _mismatch(out, inp)
+            if problem:
+                raise SpecError(
+                    f"takes {producer.name!r}'s output {out.describe()}, but its input is {inp.describe()}: {problem}",
+                    file=self.loaded.path,
+                    node=name,
+                    field="inputs",
+                )
 
     def finish_warm_up(self) -> None:
         """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
@@ -463,3 +488,48 @@ def build_model_node(
         execution=meta.execution,
         queued=batching is not None if queued is None else queued,
     )
+
+
+def _signature(node: Node | None) -> Signature | None:
+    if isinstance(node, ModelNode):
+        return node.runtime.signature if node.runtime.is_loaded else None
+    if isinstance(node, RemoteModelNode):
+        return node.signature
+    return None
+
+
+def _passed_output(node: Node | None) -> TensorSpec | None:
+    """The one tensor a model node passes on (its only output, or its one selected output), if known."""
+    signature = _signature(node)
+    if signature is None:
+        return None
+    selected = node.selected_outputs if isinstance(node, ModelNode | RemoteModelNode) else None
+    names = selected or signature.output_names()
+    if len(names) != 1:
+        return None
+    return next((spec for spec in signature.outputs if spec.name == names[0]), None)
+
+
+def _sole_input(node: Node) -> TensorSpec | None:
+    signature = _signature(node)
+    if signature is None or len(signature.inputs) != 1:
+        return None
+    return signature.inputs[0]
+
+
+def _mismatch(out: TensorSpec, inp: TensorSpec) -> str | None:
+    """Why ``out`` cannot feed ``inp``: numbers vs text, rank, or a fixed dimension (batch excluded) that differs."""
+    try:
+        out_kind, in_kind = numpy_dtype(out.dtype).kind, numpy_dtype(inp.dtype).kind
+    except ValueError:
+        return None
+    if (out_kind in "biuf") != (in_kind in "biuf"):
+        return f"{out.dtype} cannot become {inp.dtype}"
+    if out.shape is None or inp.shape is None:
+        return None
+    if len(out.shape) != len(inp.shape):
+        return f"{len(out.shape)} dimensions where {len(inp.shape)} are expected"
+    for axis, (got, want) in enumerate(zip(out.shape[1:], inp.shape[1:], strict=True), start=1):
+        if got > 0 and want > 0 and got != want:
+            return f"dimension {axis} is {got} where {want} is expected"
+    return None

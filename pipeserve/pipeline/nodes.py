@@ -141,6 +141,11 @@ class ModelNode:
         self.alone: Callable[[], bool] | None = None
 
     @property
+    def selected_outputs(self) -> list[str] | None:
+        """The outputs the node passes on (``outputs`` in the spec), or None for all."""
+        return self._selected
+
+    @property
     def is_async(self) -> bool:
         """Queued models are awaited (through their batcher); the others are called like sync steps."""
         return self.queued

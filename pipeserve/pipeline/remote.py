@@ -70,6 +70,11 @@ class RemoteModelNode:
         self._casts: dict[str, np.dtype[Any]] = {}
         self.signature: Signature | None = None
 
+    @property
+    def selected_outputs(self) -> list[str] | None:
+        """The outputs the node passes on (``outputs`` in the spec), or None for all."""
+        return self._selected
+
     def load(self) -> None:
         return None
 

@@ -114,3 +114,26 @@ def test_the_imagenet_chain_ends_in_a_business_rule(client_factory: Any, imagene
     assert verdict["animal"] is True
     assert verdict["animal_prob"] > 0.9
     assert verdict["best"] in {"tiger cat", "Egyptian cat", "tabby"}
+
+
+def test_models_whose_tensors_do_not_fit_fail_at_load_naming_both_nodes(iris_dir: Path, tmp_path: Path) -> None:
+    """iris's probabilities [-1, 3] cannot feed iris's input [-1, 4]: caught when the signatures are known."""
+    import asyncio
+    import shutil
+
+    from pipeserve.app import check_pipeline
+    from pipeserve.errors import SpecError
+
+    shutil.copy(iris_dir / "models" / "iris.onnx", tmp_path / "iris.onnx")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: misfit\n  nodes:\n"
+        "  - name: first\n    model_load_meta: {runtime: onnx, artifact: iris.onnx, outputs: [probabilities]}\n"
+        "  - name: second\n    model_load_meta: {runtime: onnx, artifact: iris.onnx}\n"
+    )
+    with pytest.raises(SpecError) as failed:
+        asyncio.run(check_pipeline(tmp_path))
+    message = str(failed.value)
+    assert "node 'second'" in message
+    assert "'first'" in message
+    assert "probabilities: float32[-1, 3]" in message
+    assert "dimension 1 is 3 where 4 is expected" in message
