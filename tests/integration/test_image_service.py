@@ -96,11 +96,11 @@ def test_concurrent_tag_requests_batch_in_both_models(client: TestClient, cat_bo
 
 def test_metadata_lists_endpoints_and_replicas(client: TestClient) -> None:
     metadata = client.get("/metadata").json()
-    assert metadata["endpoints"] == {"predict": "softmax", "embedding": "embedding", "tag": "top_k"}
+    assert metadata["endpoints"] == {"predict": "softmax", "embedding": "embedding", "tag": "top_k", "animal": "animal"}
     head = next(node for node in metadata["nodes"] if node["name"] == "head")
     assert head["batching"]["mode"] == "adaptive"
     assert head["replicas"] == [{"device": "cpu"}]
-    assert set(metadata["execution"]) == {"predict", "embedding", "tag"}
+    assert set(metadata["execution"]) == {"predict", "embedding", "tag", "animal"}
     paths = client.get("/openapi.json").json()["paths"]
     assert "/predict/tag" in paths
     assert "/predict/embedding" in paths

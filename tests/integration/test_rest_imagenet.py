@@ -87,6 +87,7 @@ def test_metadata_describes_the_image_pipeline(imagenet_client: TestClient) -> N
         "head",
         "tag_softmax",
         "top_k",
+        "animal",
     ]
     model = metadata["nodes"][4]
     assert model["inputs"][0]["shape"] == [-1, 3, 224, 224]
