@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from pipeserve.errors import SpecError
 from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.executor import default_worker_threads
-from pipeserve.pipeline.loader import load_spec
+from pipeserve.pipeline.loader import LoadedSpec, load_spec
 from pipeserve.remote import RemoteModels
 from pipeserve.server.rest import RestApp, create_app
 from pipeserve.server.v2 import V2HttpApp, start_grpc_server
@@ -30,25 +31,52 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
         >>> app = build_rest_app(ServerSettings(spec_dir=Path("examples/iris")))  # doctest: +SKIP
     """
     metrics = Metrics()
-    remote = (
-        RemoteModels(
-            settings.infer_urls,
+    loaded = load_spec(settings.spec_dir)
+
+    def pool(urls: list[str]) -> RemoteModels:
+        return RemoteModels(
+            urls,
             release_check=settings.release_check,
             call_timeout_s=settings.infer_timeout_s,
             start_timeout_s=settings.infer_start_timeout_s,
         )
-        if settings.infer_urls
-        else None
-    )
+
+    remote = pool(settings.infer_urls) if settings.infer_urls else None
     service = InferenceService(
-        load_spec(settings.spec_dir),
+        loaded,
         metrics=metrics,
         warmup_runs=settings.warmup_runs,
         max_in_flight=settings.max_in_flight,
         worker_threads=settings.worker_threads or default_worker_threads(settings.workers),
         remote=remote,
+        node_remotes=gateway_remotes(loaded, pool) if settings.pattern == "gateway" else None,
     )
     return create_app(service, settings, metrics)
+
+
+def gateway_remotes(loaded: LoadedSpec, pool: Callable[[list[str]], RemoteModels]) -> dict[str, RemoteModels]:
+    """Node name -> the endpoint pool of each model node the spec marks remote (``remote.url``); nodes with the
+    same URLs share one pool.
+
+    Raises:
+        SpecError: the gateway pattern with no node marked remote.
+    """
+    pools: dict[tuple[str, ...], RemoteModels] = {}
+    remotes: dict[str, RemoteModels] = {}
+    for node in loaded.spec.nodes:
+        meta = node.model_load_meta
+        if meta is None or not meta.remote.url or node.name in loaded.graph.unreachable:
+            continue
+        if meta.runtime is None:
+            raise SpecError("only model nodes can be served remotely (so far)", file=loaded.path, node=node.name)
+        key = tuple(meta.remote.url)
+        remotes[node.name] = pools.setdefault(key, pool(list(key)))
+    if not remotes:
+        raise SpecError(
+            "--pattern gateway: no node is marked remote; give a model node `model_load_meta.remote.url`",
+            file=loaded.path,
+        )
+    return remotes
 
 
 def serve(settings: ServerSettings) -> None:
@@ -162,7 +190,8 @@ def build_model_service(settings: InferServerSettings, metrics: Metrics | None =
     if (settings.spec_dir is None) == (settings.repository is None):
         raise SpecError("give either a spec directory or --repository (not both)")
     if settings.spec_dir is not None:
-        repository = ModelRepository.from_spec(load_spec(settings.spec_dir))
+        only = [m.strip() for m in settings.models.split(",")] if settings.models else None
+        repository = ModelRepository.from_spec(load_spec(settings.spec_dir), only=only)
     else:
         assert settings.repository is not None
         repository = ModelRepository.from_directory(settings.repository)

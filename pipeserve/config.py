@@ -60,6 +60,11 @@ class ServerSettings(BaseSettings):
     max_in_flight: int = Field(default=256, ge=1, description="Predictions in progress at once; more get 503.")
     warmup_runs: int = Field(default=5, ge=0, le=1000)
     root_path: str = Field(default="")
+    pattern: Literal["single", "gateway"] = Field(
+        default="single",
+        description="single: every node in this process (or --infer for the models). gateway: nodes marked "
+        "`remote.url` are called there, the rest run here.",
+    )
     infer: str | None = Field(
         default=None,
         description="Comma-separated v2 inference endpoints (grpc://host:port or http://host:port) that serve the "
@@ -102,6 +107,7 @@ class InferServerSettings(BaseSettings):
 
     spec_dir: Path | None = Field(default=None, description="Serve this spec's model nodes (the release).")
     repository: Path | None = Field(default=None, description="Or serve a NAME/VERSION/ model repository.")
+    models: str | None = Field(default=None, description="Comma-separated model nodes to serve (default: all).")
     host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
     http_port: int = Field(default=8012, ge=0, le=65535)
     grpc_port: int = Field(default=50051, ge=0, le=65535)

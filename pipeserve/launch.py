@@ -22,7 +22,7 @@ from typing import Literal
 
 logger = logging.getLogger(__name__)
 
-Pattern = Literal["prep-pred"]
+Pattern = Literal["prep-pred", "microservices"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class Topology:
 
     def commands(self) -> list[tuple[str, list[str], str]]:
         """(name, argv, readiness URL) per process, inference servers first."""
+        if self.pattern == "microservices":
+            return self._microservices()
         base = [sys.executable, "-m", "pipeserve.cli.main"]
         spec = str(self.spec_dir)
         processes = []
@@ -56,6 +58,38 @@ class Topology:
         prep += ["--workers", str(self.prep_workers), "--infer", ",".join(endpoints)]
         processes.append(("prep", prep, f"http://{self.host}:{self.prep_port}/health/ready"))
         return processes
+
+    def _microservices(self) -> list[tuple[str, list[str], str]]:
+        """One inference server per URL of every node the spec marks remote (serving just that node), then the
+        gateway on ``prep_port`` calling them. The URLs in the spec say where each service listens."""
+        from pipeserve.pipeline.loader import load_spec
+
+        base = [sys.executable, "-m", "pipeserve.cli.main"]
+        spec = str(self.spec_dir)
+        processes = []
+        for node in load_spec(self.spec_dir).spec.nodes:
+            meta = node.model_load_meta
+            if meta is None or not meta.remote.url:
+                continue
+            for i, url in enumerate(meta.remote.url):
+                scheme, _, address = url.partition("://")
+                host, _, port = address.rpartition(":")
+                grpc_port, http_port = (port, str(_free_port())) if scheme == "grpc" else (str(_free_port()), port)
+                argv = [*base, "serve-infer", spec, "--models", node.name, "--host", host,
+                        "--http-port", http_port, "--grpc-port", grpc_port]  # fmt: skip
+                processes.append((f"{node.name}-{i + 1}", argv, f"http://{host}:{http_port}/v2/health/ready"))
+        gateway = [*base, "serve", spec, "--pattern", "gateway", "--host", self.host, "--port", str(self.prep_port)]
+        gateway += ["--workers", str(self.prep_workers)]
+        processes.append(("gateway", gateway, f"http://{self.host}:{self.prep_port}/health/ready"))
+        return processes
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class TopologyFailed(RuntimeError):
@@ -110,7 +144,7 @@ def _start_all(
         if echo:
             print(f"[up] {name} is ready ({ready_url})", flush=True)
     if echo:
-        print(f"[up] all ready: POST http://{topology.host}:{topology.prep_port}/predict/label  (Ctrl-C stops)")
+        print(f"[up] all ready: POST http://{topology.host}:{topology.prep_port}/predict  (Ctrl-C stops)")
 
 
 def _wait_ready(

@@ -58,6 +58,12 @@ def cli() -> None:
     help="How --infer endpoints are checked: the release fingerprint (pipeserve servers) or only the golden "
     "check at warm-up (MLServer, Triton) [fingerprint].",
 )
+@click.option(
+    "--pattern",
+    type=click.Choice(["single", "gateway"]),
+    default=None,
+    help="single: run every node here [default]. gateway: call the nodes the spec marks remote (remote.url).",
+)
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
     settings = _settings(spec_dir=spec_dir, **options)
@@ -73,6 +79,7 @@ def serve(spec_dir: Path, **options: Any) -> None:
 @cli.command("serve-infer")
 @click.argument("spec_dir", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--repository", type=click.Path(exists=True, path_type=Path), help="Serve a NAME/VERSION/ repository.")
+@click.option("--models", default=None, help="Serve only these model nodes of SPEC_DIR (comma-separated).")
 @click.option("--host", default=None, help="Bind address [env HOST; default 127.0.0.1].")
 @click.option("--http-port", type=int, default=None, help="v2 HTTP port [8012].")
 @click.option("--grpc-port", type=int, default=None, help="v2 gRPC port [50051].")
@@ -100,10 +107,11 @@ def serve_infer(spec_dir: Path | None, **options: Any) -> None:
 @SPEC_DIR
 @click.option(
     "--pattern",
-    type=click.Choice(["prep-pred"]),
+    type=click.Choice(["prep-pred", "microservices"]),
     default="prep-pred",
     show_default=True,
-    help="prep-pred: inference server(s) + a preprocessing server calling them over gRPC.",
+    help="prep-pred: inference server(s) + a preprocessing server calling them over gRPC. microservices: a "
+    "service per node the spec marks remote (at its remote.url) + a gateway on --prep-port.",
 )
 @click.option("--infer-replicas", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--prep-workers", type=click.IntRange(1, 256), default=1, show_default=True)

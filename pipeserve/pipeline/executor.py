@@ -100,11 +100,17 @@ class Pipeline:
 
     @classmethod
     def compile(
-        cls, loaded: LoadedSpec, *, worker_threads: int | None = None, remote: RemoteInference | None = None
+        cls,
+        loaded: LoadedSpec,
+        *,
+        worker_threads: int | None = None,
+        remote: RemoteInference | None = None,
+        node_remotes: Mapping[str, RemoteInference] | None = None,
     ) -> Pipeline:
         """Resolve every node's handler, step or runtime (imports only; nothing is loaded).
 
-        With ``remote``, model nodes are not loaded here: they call the models on v2 inference servers.
+        With ``remote``, model nodes are not loaded here: they call the models on v2 inference servers. With
+        ``node_remotes``, just the named model nodes do (a gateway's remote nodes), each through its own.
 
         Raises:
             SpecError: a handler is unimportable, a step or runtime unknown, or a parameter invalid.
@@ -112,7 +118,8 @@ class Pipeline:
         file = str(loaded.path)
         unreachable = set(loaded.graph.unreachable)
         # Every node is compiled, so that a typo in an unreachable node is still an error; only reachable ones run.
-        compiled = [_compile_node(loaded, spec, file, remote) for spec in loaded.spec.nodes]
+        given = node_remotes or {}
+        compiled = [_compile_node(loaded, spec, file, given.get(spec.name, remote)) for spec in loaded.spec.nodes]
         nodes = [node for node in compiled if node.name not in unreachable]
         return cls(loaded, nodes, worker_threads=worker_threads)
 

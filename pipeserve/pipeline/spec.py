@@ -46,6 +46,11 @@ class RemoteSpec(_Strict):
     Defaults fit a pipeserve inference server serving the same spec: the node's name and version, its outputs.
     """
 
+    url: list[str] | None = Field(
+        default=None,
+        description="Where the node is served (grpc://HOST:PORT or http://HOST:PORT, one or several): a gateway "
+        "(`pipeserve serve --pattern gateway`) calls it there; other patterns run the node in-process.",
+    )
     model: str | None = Field(default=None, description="Model name on the inference server; default: the node name.")
     version: str | None = Field(default=None, description="Model version; default: model_load_meta.version.")
     inputs: list[str] | None = Field(default=None, description="Input names, when the server's metadata has none.")
@@ -57,6 +62,16 @@ class RemoteSpec(_Strict):
     @classmethod
     def _version_str(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        for url in value or []:
+            if not re.fullmatch(r"(grpc|http)://[^/:\s]+:\d{1,5}", str(url)):
+                raise ValueError(f"url {url!r} is not grpc://HOST:PORT or http://HOST:PORT")
+        return value
 
 
 class ModelLoadMeta(_Strict):

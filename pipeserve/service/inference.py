@@ -57,13 +57,20 @@ class InferenceService:
         worker_threads: int | None = None,
         max_in_flight: int = 256,
         remote: RemoteInference | None = None,
+        node_remotes: Mapping[str, RemoteInference] | None = None,
     ) -> None:
         self.loaded = loaded
         self.spec = loaded.spec
         self.metrics = metrics
         #: Model nodes served by v2 inference servers (the preprocessing server of the split), or None: in-process.
         self.remote = remote
-        self.pipeline = Pipeline.compile(loaded, worker_threads=worker_threads, remote=remote)
+        #: Every endpoint pool this service calls (the split's, and a gateway's one per remote node), once each.
+        self.remotes: list[RemoteInference] = list(
+            {id(r): r for r in [remote, *(node_remotes or {}).values()] if r is not None}.values()
+        )
+        self.pipeline = Pipeline.compile(
+            loaded, worker_threads=worker_threads, remote=remote, node_remotes=node_remotes
+        )
         #: Transports count their requests here (``with service.activity:``).
         self.activity = Activity()
         self.pipeline.activity = self.activity
@@ -87,18 +94,22 @@ class InferenceService:
     @property
     def is_ready(self) -> bool:
         """Warmed up with a passing golden check, and (split) some inference endpoint serves our release."""
-        return self.state is ServiceState.READY and (self.remote is None or self.remote.unavailable_reason() is None)
+        return self.state is ServiceState.READY and self._unavailable() is None
 
     @property
     def reason(self) -> str:
         """Why the service is in its state; when ready but no inference endpoint can serve, why not."""
-        if self.state is ServiceState.READY and self.remote is not None:
-            return self.remote.unavailable_reason() or self._reason
+        if self.state is ServiceState.READY:
+            return self._unavailable() or self._reason
         return self._reason
 
     @reason.setter
     def reason(self, value: str) -> None:
         self._reason = value
+
+    def _unavailable(self) -> str | None:
+        reasons = [reason for remote in self.remotes if (reason := remote.unavailable_reason()) is not None]
+        return "; ".join(reasons) if reasons else None
 
     async def start(self) -> None:
         """Load the nodes, warm up on the sample and run the golden check.
@@ -109,8 +120,9 @@ class InferenceService:
         self._set_state(ServiceState.LOADING, "loading nodes")
         started = time.perf_counter()
         self.fingerprint = await asyncio.to_thread(fingerprint, self.loaded)
-        if self.remote is not None:
-            await self.remote.start(self.fingerprint)
+        if self.remotes:
+            for remote in self.remotes:
+                await remote.start(self.fingerprint)
             try:
                 await self.pipeline.start()
             except NotReady as exc:  # no inference endpoint serving our release came up: stay up, say why
@@ -144,8 +156,8 @@ class InferenceService:
         """Stop answering, finish queued work within ``grace_s``, release models."""
         self._set_state(ServiceState.STOPPED, "shutting down")
         await self.pipeline.stop(grace_s)
-        if self.remote is not None:
-            await self.remote.stop()
+        for remote in self.remotes:
+            await remote.stop()
 
     def _set_state(self, state: ServiceState, reason: str) -> None:
         self.state, self._reason = state, reason
@@ -310,8 +322,15 @@ class InferenceService:
             "nodes": self.pipeline.describe(),
             "execution": self.pipeline.execution_plan(),
             "golden_check": self.golden_summary,
-            "inference": self.remote.describe() if self.remote is not None else "in-process",
+            "inference": self._describe_remotes(),
         }
+
+    def _describe_remotes(self) -> Any:
+        if not self.remotes:
+            return "in-process"
+        if self.remote is not None and len(self.remotes) == 1:
+            return self.remote.describe()
+        return {"nodes": {node.name: node.remote.describe() for node in self.pipeline.remotes}}
 
     def _sample_for_metadata(self) -> Any:
         if self.spec.sample is None:

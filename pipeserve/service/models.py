@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,13 +76,26 @@ class ModelRepository:
             versions[entry.version] = entry
 
     @classmethod
-    def from_spec(cls, loaded: LoadedSpec, *, queued: bool = True) -> ModelRepository:
-        """The model nodes of a pipeline spec, each behind its batcher (``queued``: even without batching)."""
+    def from_spec(
+        cls, loaded: LoadedSpec, *, queued: bool = True, only: Sequence[str] | None = None
+    ) -> ModelRepository:
+        """The model nodes of a pipeline spec (``only``: just these), each behind its batcher (``queued``: even
+        without batching).
+
+        Raises:
+            SpecError: no model nodes, or ``only`` names a node that is not a model.
+        """
         release = _memo(lambda: fingerprint(loaded))
+        models = [n.name for n in loaded.spec.nodes if n.model_load_meta is not None and n.model_load_meta.runtime]
+        unknown = [name for name in only or [] if name not in models]
+        if unknown:
+            raise SpecError(f"--models {unknown} are not model nodes (models: {', '.join(models)})", file=loaded.path)
         entries = []
         for node in loaded.spec.nodes:
             meta = node.model_load_meta
             if meta is None or meta.runtime is None or node.name in loaded.graph.unreachable:
+                continue
+            if only and node.name not in only:
                 continue
             artifact = loaded.resolve(meta.artifact) if meta.artifact else None
             entries.append(

@@ -1,0 +1,62 @@
+"""Nodes anywhere: the same spec in one process and as microservices (a gateway + a service per remote node)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import PIPESERVE, free_port, run_server
+
+pytestmark = pytest.mark.e2e
+
+ROWS = {"data": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]]}
+
+
+def test_the_same_pipeline_gives_identical_outputs_in_process_and_as_microservices(
+    iris_ensemble_dir: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "ensemble"
+    shutil.copytree(iris_ensemble_dir, spec)
+    svc_port, logreg_port, gateway_port = free_port(), free_port(), free_port()
+    text = (spec / "pipeline.yaml").read_text()
+    text = text.replace("grpc://127.0.0.1:50061", f"grpc://127.0.0.1:{svc_port}")
+    text = text.replace("grpc://127.0.0.1:50062", f"grpc://127.0.0.1:{logreg_port}")
+    (spec / "pipeline.yaml").write_text(text)
+
+    with run_server(["serve", str(spec)], tmp_path=tmp_path) as single:
+        expected = {
+            path: httpx.post(f"{single.url}{path}", json=ROWS).json() for path in ("/predict", "/predict/label")
+        }
+        assert httpx.get(f"{single.url}/metadata").json()["inference"] == "in-process"
+
+    log_path = tmp_path / "up.log"
+    command = [*PIPESERVE, "up", str(spec), "--pattern", "microservices", "--prep-port", str(gateway_port)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while b"all ready" not in log_path.read_bytes():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.3)
+        gateway = f"http://127.0.0.1:{gateway_port}"
+        got = {path: httpx.post(f"{gateway}{path}", json=ROWS).json() for path in ("/predict", "/predict/label")}
+        remote = httpx.get(f"{gateway}/metadata").json()["inference"]["nodes"]
+        log = log_path.read_text()
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    assert got == expected  # bit for bit: the same models, the same combine step, only the place differs
+    assert expected["/predict/label"]["prediction"] == ["setosa", "virginica", "versicolor"]
+    assert remote["svc"]["endpoints"] == [{"url": f"grpc://127.0.0.1:{svc_port}", "up": True, "reason": None}]
+    assert remote["logreg"]["endpoints"][0]["url"] == f"grpc://127.0.0.1:{logreg_port}"
+    assert "serve-infer" in log
+    assert "--models svc" in log
+    assert "--pattern gateway" in log
