@@ -13,7 +13,7 @@ IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
-.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split peers proto clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split bench-gateway peers proto clean
 
 all: install examples
 
@@ -83,6 +83,11 @@ bench-batching: install examples peers
 bench-split: install examples
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.split $(BENCH_ARGS)
+
+# Gateway benchmark: the iris ensemble in one process vs a gateway calling 1 or 2 remote nodes over gRPC.
+bench-gateway: install examples
+	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
+	$(PY) -m bench.gateway $(BENCH_ARGS)
 
 # Regenerate the gRPC messages from pipeserve/v2/_proto/inference.proto.
 proto: install
