@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> list[Point]:
                 {},
                 "/health/ready",
                 log_dir,
-            )  # fmt: skip
+            )
         )
         contenders[IN_PROCESS], url_of[IN_PROCESS] = {single}, single
         for label, nodes in (("gateway, 1 remote node", ["svc"]), ("gateway, 2 remote nodes", ["svc", "logreg"])):
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> list[Point]:
                     {},
                     "/health/ready",
                     log_dir,
-                )  # fmt: skip
+                )
             )
             contenders[label], url_of[label] = {gateway, *services}, gateway
         for name, urls in contenders.items():  # warm up
