@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeserve.batching import BatchPolicy
-from pipeserve.errors import InvalidInput, NodeFailed, NotFound, PipeserveError, SpecError
-from pipeserve.pipeline.context import request_params
+from pipeserve.errors import InvalidInput, NodeFailed, NotFound, NotReady, PipeserveError, SpecError
+from pipeserve.pipeline.context import request_annotations, request_params
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT, INPUT
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
@@ -96,6 +96,8 @@ class Pipeline:
         self.activity: Activity | None = None
         self._single_core = available_cores() == 1
         self._segment_times: dict[tuple[str, ...], list[float]] = {}
+        #: Nodes whose failure the request survives (their consumers get None).
+        self._optional = {spec.name for spec in loaded.spec.nodes if spec.optional}
         self._warming = True
 
     @classmethod
@@ -219,7 +221,17 @@ class Pipeline:
                 flush()
                 segments.append(_AsyncSegment(node))
                 continue
-            joins = bool(run) and graph.deps[name] == (run[-1].name,) and consumers[run[-1].name] == 1
+            if name in self._optional:  # alone in its segment: its failure must not take its neighbours along
+                flush()
+                run.append(node)
+                flush()
+                continue
+            joins = (
+                bool(run)
+                and graph.deps[name] == (run[-1].name,)
+                and consumers[run[-1].name] == 1
+                and run[-1].name not in self._optional
+            )
             if not joins:
                 flush()
             run.append(node)
@@ -229,7 +241,7 @@ class Pipeline:
         keys = tuple(graph.keys[name] for name in firsts)
         lasts = [s.nodes[-1].name if isinstance(s, _SyncSegment) else s.node.name for s in segments]
         expected = [(INPUT,), *[(last,) for last in lasts[:-1]]]
-        is_chain = list(sources) == expected and all(k is None for k in keys)
+        is_chain = list(sources) == expected and all(k is None for k in keys) and not self._optional & set(order)
         return _Plan(endpoint, order[-1], tuple(segments), sources, keys, is_chain)
 
     def _idle_inline(self, segment: _SyncSegment) -> _SyncSegment:
@@ -287,7 +299,14 @@ class Pipeline:
         ) -> Any:
             inputs = [value if source == INPUT else await tasks[source] for source in sources]
             given = inputs[0] if keys is None else dict(zip(keys, inputs, strict=True))
-            return await self._run_segment(segment, given)
+            last = segment.nodes[-1] if isinstance(segment, _SyncSegment) else segment.node
+            if last.name not in self._optional:
+                return await self._run_segment(segment, given)
+            try:
+                return await self._run_segment(segment, given)
+            except (NodeFailed, InvalidInput, NotReady) as exc:  # deadlines and overload still fail the request
+                _skipped(last.name, exc)
+                return None
 
         try:
             for segment, sources, keys in zip(plan.segments, plan.sources, plan.keys, strict=True):
@@ -382,6 +401,15 @@ class Pipeline:
                     groups.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})
             plans[endpoint] = groups
         return plans
+
+
+def _skipped(node: str, exc: Exception) -> None:
+    """Record that an optional node failed and was left out (the response lists it; the log has the cause)."""
+    cause = exc.cause if isinstance(exc, NodeFailed) and exc.cause is not None else exc
+    logger.warning("Optional node %s failed and was skipped: %s: %s", node, type(cause).__name__, cause)
+    annotations = request_annotations.get()
+    if annotations is not None:
+        annotations.setdefault("skipped", []).append({"node": node, "error": str(exc)})
 
 
 def available_cores() -> int:

@@ -160,6 +160,11 @@ class NodeSpec(_Strict):
         "one name passes that output, several a dict by node name, a mapping a dict under its keys.",
     )
     batching: BatchingSpec | None = None
+    optional: bool = Field(
+        default=False,
+        description="When this node fails, the request goes on without it: nodes that take its output get None, "
+        "and the response lists it under `skipped`. Default: a failing node fails the request.",
+    )
 
     @field_validator("inputs")
     @classmethod

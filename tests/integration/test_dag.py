@@ -42,12 +42,13 @@ class Boom:
 """
 
 
-def diamond(tmp_path: Path, left: str, right: str) -> Path:
+def diamond(tmp_path: Path, left: str, right: str, *, left_optional: bool = False) -> Path:
     (tmp_path / "steps.py").write_text(HANDLERS)
     (tmp_path / "pipeline.yaml").write_text(
         "pipeline:\n  name: diamond\n  output: join\n  nodes:\n"
         "  - name: split\n    model_load_meta: {handler_module: 'steps:Split'}\n"
-        f"  - name: left\n    inputs: [split]\n    model_load_meta: {{handler_module: 'steps:{left}'}}\n"
+        f"  - name: left\n    inputs: [split]\n    optional: {str(left_optional).lower()}\n"
+        f"    model_load_meta: {{handler_module: 'steps:{left}'}}\n"
         f"  - name: right\n    inputs: [split]\n    model_load_meta: {{handler_module: 'steps:{right}'}}\n"
         "  - name: join\n    inputs: {left: left, right: right}\n    model_load_meta: {handler_module: 'steps:Join'}\n"
     )
@@ -137,3 +138,17 @@ def test_models_whose_tensors_do_not_fit_fail_at_load_naming_both_nodes(iris_dir
     assert "'first'" in message
     assert "probabilities: float32[-1, 3]" in message
     assert "dimension 1 is 3 where 4 is expected" in message
+
+
+def test_an_optional_node_that_fails_is_skipped_and_the_response_says_so(client_factory: Any, tmp_path: Path) -> None:
+    client = client_factory(diamond(tmp_path, "Boom", "SlowAsync", left_optional=True))
+    response = client.post("/predict", json={"data": 4})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["prediction"]["left"] is None  # the join got None for the node that failed
+    assert body["prediction"]["right"] == {"async": 4}
+    assert [item["node"] for item in body["skipped"]] == ["left"]
+    assert "left" in body["skipped"][0]["error"]
+    (tmp_path / "ok").mkdir()
+    healthy = client_factory(diamond(tmp_path / "ok", "SlowAsync", "SlowAsync", left_optional=True))
+    assert "skipped" not in healthy.post("/predict", json={"data": 1}).json()

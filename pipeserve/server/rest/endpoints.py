@@ -15,6 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from pipeserve.errors import InvalidInput, PayloadTooLarge
+from pipeserve.pipeline.context import request_annotations
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.server.rest.errors import Headers
 from pipeserve.service import InferenceService
@@ -144,6 +145,9 @@ class PredictEndpoint:
             params = dict(parse_qsl(query.decode("latin-1"))) if query else None
             work = self._service.predict(data, self._endpoint, params, timeout_s=timeout_s)
         result = await (_unless_disconnected(work, receive) if self._watch else work)
+        annotations = request_annotations.get()
+        if annotations and annotations.get("skipped"):  # optional nodes that failed: answered without them
+            return 200, dump_json({"prediction": result, "skipped": annotations["skipped"]}), []
         return 200, dump_json({"prediction": result}), []
 
     async def _upload(self, scope: MutableMapping[str, Any], body: bytes) -> bytes:
