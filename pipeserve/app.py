@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeserve.config import InferServerSettings, ServerSettings
 from pipeserve.errors import SpecError
+from pipeserve.observability import tracing
 from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.executor import default_worker_threads
@@ -32,6 +33,7 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
     """
     metrics = Metrics()
     loaded = load_spec(settings.spec_dir)
+    tracing.configure_tracing(f"pipeserve {loaded.spec.name}")
 
     def pool(urls: list[str]) -> RemoteModels:
         return RemoteModels(
@@ -216,6 +218,8 @@ async def _serve_infer(settings: InferServerSettings) -> None:
 
     metrics = Metrics()
     service = build_model_service(settings, metrics)
+    names = ",".join(sorted(service.repository.models))
+    tracing.configure_tracing(f"pipeserve infer {names}")
     grpc_server = await start_grpc_server(service, settings.host, settings.grpc_port)
 
     async def startup() -> None:
@@ -232,6 +236,7 @@ async def _serve_infer(settings: InferServerSettings) -> None:
     async def shutdown() -> None:
         await grpc_server.stop(settings.graceful_timeout_s)
         await service.stop(settings.graceful_timeout_s)
+        tracing.shutdown_tracing()
 
     app = V2HttpApp(
         service,

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeserve.batching import BatchPolicy
 from pipeserve.errors import InvalidInput, NodeFailed, NotFound, NotReady, PipeserveError, SpecError
+from pipeserve.observability import tracing
 from pipeserve.pipeline.context import request_annotations, request_params
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT, INPUT
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
@@ -326,7 +327,7 @@ class Pipeline:
         if segment.inline or (segment.inline_when_idle and await self._is_alone_after_yield()):
             return self._run_sync(segment.nodes, value)
         run = self._run_sync_timed if self._warming else self._run_sync
-        if request_params.get():  # worker threads do not inherit context variables: carry them over
+        if request_params.get() or tracing.enabled():  # worker threads do not inherit context variables
             return await asyncio.get_running_loop().run_in_executor(
                 self._executor, contextvars.copy_context().run, run, segment.nodes, value
             )
@@ -353,6 +354,8 @@ class Pipeline:
         return result
 
     def _run_sync(self, nodes: tuple[Node, ...], value: Any) -> Any:
+        if tracing.enabled():
+            return self._run_sync_traced(nodes, value)
         for node in nodes:
             started = time.perf_counter()
             try:
@@ -366,7 +369,36 @@ class Pipeline:
             self._observe(node.name, started, failed=False)
         return value
 
+    def _run_sync_traced(self, nodes: tuple[Node, ...], value: Any) -> Any:
+        for node in nodes:
+            with tracing.span(
+                f"node {node.name}", attributes={"pipeserve.node": node.name, "pipeserve.node_kind": node.kind}
+            ):
+                value = self._call_observed(node, value)
+        return value
+
+    def _call_observed(self, node: Node, value: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            value = node.call(value)
+        except (InvalidInput, PipeserveError):
+            self._observe(node.name, started, failed=True)
+            raise
+        except Exception as exc:
+            self._observe(node.name, started, failed=True)
+            raise NodeFailed(node.name, exc) from exc
+        self._observe(node.name, started, failed=False)
+        return value
+
     async def _run_async(self, node: Node, value: Any) -> Any:
+        if tracing.enabled():
+            with tracing.span(
+                f"node {node.name}", attributes={"pipeserve.node": node.name, "pipeserve.node_kind": node.kind}
+            ):
+                return await self._run_async_observed(node, value)
+        return await self._run_async_observed(node, value)
+
+    async def _run_async_observed(self, node: Node, value: Any) -> Any:
         started = time.perf_counter()
         try:
             result = await node.acall(value)  # type: ignore[union-attr]  # only async nodes get here

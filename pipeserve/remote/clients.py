@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 import grpc
 
 from pipeserve.errors import DeadlineExceeded, InvalidInput, Overloaded, PipeserveError
+from pipeserve.observability import tracing
+from pipeserve.observability.context import request_id_var
 from pipeserve.types import Signature, TensorDict, TensorSpec
 from pipeserve.v2 import grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
@@ -109,9 +111,9 @@ class GrpcClient(V2Client):
         self._channel = grpc.aio.insecure_channel(url.removeprefix("grpc://"), options=_CHANNEL_OPTIONS)
         self._stub = Stub(self._channel)
 
-    async def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+    async def _call(self, method: str, request: Any, timeout_s: float, metadata: Any = None) -> Any:
         try:
-            return await getattr(self._stub, method)(request, timeout=timeout_s)
+            return await getattr(self._stub, method)(request, timeout=timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             raise _grpc_error(self.url, exc) from None
 
@@ -133,8 +135,10 @@ class GrpcClient(V2Client):
     async def infer(
         self, model: str, version: str, inputs: TensorDict, outputs: list[str] | None, timeout_s: float
     ) -> tuple[TensorDict, dict[str, Any]]:
-        request = grpc_codec.build_request(model, version, inputs, outputs)
-        response = await self._call("ModelInfer", request, timeout_s)
+        request = grpc_codec.build_request(model, version, inputs, outputs, request_id=request_id_var.get() or "")
+        metadata: dict[str, str] = {}
+        tracing.inject(metadata)
+        response = await self._call("ModelInfer", request, timeout_s, tuple(metadata.items()) or None)
         return grpc_codec.response_tensors(response), grpc_codec.get_parameters(response.parameters)
 
     async def close(self) -> None:
@@ -202,7 +206,9 @@ class HttpClient(V2Client):
     async def infer(
         self, model: str, version: str, inputs: TensorDict, outputs: list[str] | None, timeout_s: float
     ) -> tuple[TensorDict, dict[str, Any]]:
-        body, json_size = encode_infer_request(inputs, outputs, binary=bool(self._binary))
+        body, json_size = encode_infer_request(
+            inputs, outputs, binary=bool(self._binary), request_id=request_id_var.get()
+        )
         headers = {
             "content-type": "application/json" if json_size is None else "application/octet-stream",
             # the deadline travels with the request, so the server drops the work when the caller gave up
@@ -210,6 +216,7 @@ class HttpClient(V2Client):
         }
         if json_size is not None:
             headers[HEADER_LENGTH] = str(json_size)
+        tracing.inject(headers)
         response = await self._request(
             "POST", _model_path(model, version) + "/infer", timeout_s, content=body, headers=headers
         )

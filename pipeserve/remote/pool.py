@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
+from pipeserve.observability import tracing
 from pipeserve.pipeline.context import request_deadline
 from pipeserve.remote.clients import EndpointDown, ModelInfo, V2Client, create_client, parse_endpoint
 from pipeserve.types import Signature, TensorDict
@@ -154,7 +155,12 @@ class RemoteModels:
                     raise DeadlineExceeded("the request's deadline passed before the inference server answered")
             endpoint.in_flight += 1
             try:
-                tensors, parameters = await endpoint.client.infer(model, version, inputs, outputs, timeout_s)
+                if tracing.enabled():
+                    attributes = {"pipeserve.endpoint": endpoint.url, "pipeserve.model": model}
+                    with tracing.span(f"v2 infer {model}", kind="client", attributes=attributes):
+                        tensors, parameters = await endpoint.client.infer(model, version, inputs, outputs, timeout_s)
+                else:
+                    tensors, parameters = await endpoint.client.infer(model, version, inputs, outputs, timeout_s)
                 self._check_release(endpoint, model, version, parameters)
                 return tensors
             except EndpointDown as exc:

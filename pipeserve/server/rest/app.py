@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
@@ -15,6 +16,7 @@ from prometheus_client import Counter, Histogram
 
 from pipeserve.config import ServerSettings
 from pipeserve.errors import PipeserveError
+from pipeserve.observability import tracing
 from pipeserve.observability.access import AccessLog
 from pipeserve.observability.context import accept_request_id, new_request_id, request_id_var
 from pipeserve.observability.metrics import Metrics
@@ -80,6 +82,7 @@ class RestApp:
             yield
         finally:
             await self.service.stop(self.settings.graceful_timeout_s)
+            tracing.shutdown_tracing()
             if self.access_log is not None:
                 await self.access_log.stop()
 
@@ -104,7 +107,17 @@ class RestApp:
         endpoint = self._fast.get(path)
         status = 500
         route = path
+        traced = (
+            tracing.span(
+                f"{method} {path}",
+                kind="server",
+                carrier={k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k == b"traceparent"},
+            )
+            if tracing.enabled()
+            else contextlib.nullcontext()
+        )
         try:
+            traced.__enter__()
             if endpoint is not None and method in endpoint.methods:
                 status = await self._serve_fast(endpoint, scope, receive, send, request_id)
             elif endpoint is not None and path not in self._api_paths:
@@ -115,6 +128,7 @@ class RestApp:
             else:
                 status, route = await self._serve_api(scope, receive, send, request_id)
         finally:
+            traced.__exit__(None, None, None)
             self._activity.exit()
             request_id_var.reset(token)
             request_annotations.reset(annotations_token)

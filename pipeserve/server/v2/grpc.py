@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 import grpc
 
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, PipeserveError
+from pipeserve.observability import tracing
+from pipeserve.observability.context import accept_request_id, request_id_var
 from pipeserve.service.models import RELEASE_PARAMETER, ModelService
 from pipeserve.v2 import grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
@@ -76,6 +78,17 @@ class GrpcInferenceServicer:
         return await self._answer(context, call)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        token = request_id_var.set(accept_request_id(request.id))  # the caller's job id, on our spans and logs
+        try:
+            if not tracing.enabled():
+                return await self._infer(request, context)
+            carrier = {k: v for k, v in context.invocation_metadata() or () if k == "traceparent"}
+            with tracing.span(f"v2 infer {request.model_name}", kind="server", carrier=carrier):
+                return await self._infer(request, context)
+        finally:
+            request_id_var.reset(token)
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         async def call() -> pb.ModelInferResponse:
             inputs = grpc_codec.request_tensors(request)
             timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters))
