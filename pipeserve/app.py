@@ -51,27 +51,35 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
         max_in_flight=settings.max_in_flight,
         worker_threads=settings.worker_threads or default_worker_threads(settings.workers),
         remote=remote,
-        node_remotes=gateway_remotes(loaded, pool) if settings.pattern == "gateway" else None,
+        node_remotes=gateway_remotes(loaded, pool, settings.remote_urls) if settings.pattern == "gateway" else None,
     )
     return create_app(service, settings, metrics)
 
 
-def gateway_remotes(loaded: LoadedSpec, pool: Callable[[list[str]], RemoteModels]) -> dict[str, RemoteModels]:
-    """Node name -> the endpoint pool of each model node the spec marks remote (``remote.url``); nodes with the
-    same URLs share one pool.
+def gateway_remotes(
+    loaded: LoadedSpec, pool: Callable[[list[str]], RemoteModels], overrides: dict[str, list[str]] | None = None
+) -> dict[str, RemoteModels]:
+    """Node name -> the endpoint pool of each model node the spec marks remote (``remote.url``, or where
+    ``overrides`` says it is served); nodes with the same URLs share one pool.
 
     Raises:
-        SpecError: the gateway pattern with no node marked remote.
+        SpecError: the gateway pattern with no node marked remote, or an override for an unknown node.
     """
+    overrides = overrides or {}
+    names = {node.name for node in loaded.spec.nodes}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise SpecError(f"--remote names unknown nodes {unknown} (nodes: {', '.join(sorted(names))})", file=loaded.path)
     pools: dict[tuple[str, ...], RemoteModels] = {}
     remotes: dict[str, RemoteModels] = {}
     for node in loaded.spec.nodes:
         meta = node.model_load_meta
-        if meta is None or not meta.remote.url or node.name in loaded.graph.unreachable:
+        urls = overrides.get(node.name) or (meta.remote.url if meta is not None else None)
+        if meta is None or not urls or node.name in loaded.graph.unreachable:
             continue
         if meta.runtime is None:
             raise SpecError("only model nodes can be served remotely (so far)", file=loaded.path, node=node.name)
-        key = tuple(meta.remote.url)
+        key = tuple(urls)
         remotes[node.name] = pools.setdefault(key, pool(list(key)))
     if not remotes:
         raise SpecError(

@@ -65,6 +65,11 @@ class ServerSettings(BaseSettings):
         description="single: every node in this process (or --infer for the models). gateway: nodes marked "
         "`remote.url` are called there, the rest run here.",
     )
+    remote: str | None = Field(
+        default=None,
+        description="Gateway: where remote nodes are served, overriding their remote.url: "
+        "'NODE=URL[,URL...];NODE=...' (e.g. container names in a compose file).",
+    )
     infer: str | None = Field(
         default=None,
         description="Comma-separated v2 inference endpoints (grpc://host:port or http://host:port) that serve the "
@@ -79,6 +84,16 @@ class ServerSettings(BaseSettings):
     infer_start_timeout_s: float = Field(
         default=60.0, gt=0, description="How long startup waits for an inference endpoint serving our release."
     )
+
+    @property
+    def remote_urls(self) -> dict[str, list[str]]:
+        """``--remote`` as node -> URLs."""
+        found: dict[str, list[str]] = {}
+        for part in (self.remote or "").split(";"):
+            if part.strip():
+                node, _, urls = part.partition("=")
+                found[node.strip()] = [url.strip() for url in urls.split(",") if url.strip()]
+        return found
 
     @property
     def infer_urls(self) -> list[str]:

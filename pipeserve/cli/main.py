@@ -64,6 +64,12 @@ def cli() -> None:
     default=None,
     help="single: run every node here [default]. gateway: call the nodes the spec marks remote (remote.url).",
 )
+@click.option(
+    "--remote",
+    default=None,
+    help="Gateway: where remote nodes are served, overriding the spec's remote.url: "
+    "'NODE=URL[,URL];NODE=URL' [env PIPESERVE_REMOTE].",
+)
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
     settings = _settings(spec_dir=spec_dir, **options)
