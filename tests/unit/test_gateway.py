@@ -24,8 +24,9 @@ def test_remote_overrides_parse_node_url_lists() -> None:
 
 def test_the_spec_urls_are_used_unless_overridden(iris_ensemble_dir: Path) -> None:
     loaded = load_spec(iris_ensemble_dir)
-    assert gateway_remotes(loaded, pools) == {"svc": ("grpc://127.0.0.1:50061",), "logreg": ("grpc://127.0.0.1:50062",)}
-    moved = gateway_remotes(loaded, pools, {"svc": ["grpc://svc:50061"]})
+    found: dict[str, Any] = dict(gateway_remotes(loaded, pools))
+    assert found == {"svc": ("grpc://127.0.0.1:50061",), "logreg": ("grpc://127.0.0.1:50062",)}
+    moved: dict[str, Any] = dict(gateway_remotes(loaded, pools, {"svc": ["grpc://svc:50061"]}))
     assert moved["svc"] == ("grpc://svc:50061",)
     assert moved["logreg"] == ("grpc://127.0.0.1:50062",)
 
