@@ -77,8 +77,6 @@ def gateway_remotes(
         urls = overrides.get(node.name) or (meta.remote.url if meta is not None else None)
         if meta is None or not urls or node.name in loaded.graph.unreachable:
             continue
-        if meta.runtime is None:
-            raise SpecError("only model nodes can be served remotely (so far)", file=loaded.path, node=node.name)
         key = tuple(urls)
         remotes[node.name] = pools.setdefault(key, pool(list(key)))
     if not remotes:

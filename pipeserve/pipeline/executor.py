@@ -122,7 +122,7 @@ class Pipeline:
         unreachable = set(loaded.graph.unreachable)
         # Every node is compiled, so that a typo in an unreachable node is still an error; only reachable ones run.
         given = node_remotes or {}
-        compiled = [_compile_node(loaded, spec, file, given.get(spec.name, remote)) for spec in loaded.spec.nodes]
+        compiled = [_compile_node(loaded, spec, file, remote, given.get(spec.name)) for spec in loaded.spec.nodes]
         nodes = [node for node in compiled if node.name not in unreachable]
         return cls(loaded, nodes, worker_threads=worker_threads)
 
@@ -461,7 +461,25 @@ def default_worker_threads(workers: int = 1) -> int:
     return max(1, available_cores() // max(1, workers))
 
 
-def _compile_node(loaded: LoadedSpec, spec: NodeSpec, file: str, remote: RemoteInference | None = None) -> Node:
+def _compile_node(
+    loaded: LoadedSpec,
+    spec: NodeSpec,
+    file: str,
+    models_remote: RemoteInference | None = None,
+    node_remote: RemoteInference | None = None,
+) -> Node:
+    """A node as it runs here. ``models_remote`` (the split) serves every model node; ``node_remote`` (a
+    gateway's) serves this node, model or handler."""
+    meta = spec.model_load_meta
+    if node_remote is not None and meta is not None and meta.runtime is None:
+        return RemoteModelNode(
+            spec.name,
+            node_remote,
+            model=meta.remote.model or spec.name,
+            version=meta.remote.version if meta.remote.version is not None else meta.version,
+            values=True,
+        )
+    remote = node_remote or models_remote
     labels = loaded.labels
     if spec.step is not None:
         context = StepContext(node=spec.name, base_dir=loaded.base_dir, labels=labels)

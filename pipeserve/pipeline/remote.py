@@ -13,6 +13,7 @@ import numpy as np
 
 from pipeserve.errors import InvalidInput
 from pipeserve.types import Signature, TensorDict, numpy_dtype
+from pipeserve.v2.values import decode_value, encode_value
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class RemoteModelNode:
         outputs: list[str] | None = None,
         request_outputs: list[str] | None = None,
         input_names: list[str] | None = None,
+        values: bool = False,
     ) -> None:
         self.name = name
         self.remote = remote
@@ -69,6 +71,8 @@ class RemoteModelNode:
         self._input_names = input_names or []
         self._casts: dict[str, np.dtype[Any]] = {}
         self.signature: Signature | None = None
+        #: A handler served elsewhere: any value travels as tensors (``pipeserve.v2.values``), not a model input.
+        self.values = values
 
     @property
     def selected_outputs(self) -> list[str] | None:
@@ -95,6 +99,8 @@ class RemoteModelNode:
         raise RuntimeError(f"remote model node {self.name!r} is awaited, never called synchronously")
 
     async def acall(self, value: Any) -> Any:
+        if self.values:
+            return decode_value(await self.remote.infer(self.model, self.version, encode_value(value), None))
         outputs = await self.remote.infer(self.model, self.version, self._inputs(value), self._request_outputs)
         if self._selected is None:
             return next(iter(outputs.values())) if len(outputs) == 1 else outputs
@@ -131,7 +137,7 @@ class RemoteModelNode:
         info: dict[str, Any] = {
             "name": self.name,
             "kind": "model",
-            "served_by": "remote v2 inference server",
+            "served_by": "remote v2 inference server" + (" (a handler)" if self.values else ""),
             "model": self.model,
             "version": self.version,
             **self.remote.describe(),

@@ -20,21 +20,25 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import yaml
 from pydantic import ValidationError
 
+from pipeserve.batching import BatchPolicy
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, SpecError
 from pipeserve.pipeline.context import request_deadline
 from pipeserve.pipeline.executor import build_model_node, default_worker_threads
+from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
-from pipeserve.pipeline.nodes import ModelNode
+from pipeserve.pipeline.nodes import HandlerNode, ModelNode
 from pipeserve.pipeline.release import fingerprint
-from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta
-from pipeserve.types import Activity, TensorDict, numpy_dtype
+from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta, NodeSpec
+from pipeserve.runtimes import Runtime, RuntimeOptions
+from pipeserve.types import Activity, Signature, TensorDict, numpy_dtype
 from pipeserve.v2.datatypes import datatype_of
+from pipeserve.v2.values import decode_value, encode_value
 
 if TYPE_CHECKING:
     from pipeserve.observability.metrics import Metrics
@@ -86,13 +90,19 @@ class ModelRepository:
             SpecError: no model nodes, or ``only`` names a node that is not a model.
         """
         release = _memo(lambda: fingerprint(loaded))
-        models = [n.name for n in loaded.spec.nodes if n.model_load_meta is not None and n.model_load_meta.runtime]
-        unknown = [name for name in only or [] if name not in models]
+        servable = [n.name for n in loaded.spec.nodes if n.model_load_meta is not None]
+        unknown = [name for name in only or [] if name not in servable]
         if unknown:
-            raise SpecError(f"--models {unknown} are not model nodes (models: {', '.join(models)})", file=loaded.path)
+            raise SpecError(
+                f"--models {unknown} are not model or handler nodes (those are: {', '.join(servable)})",
+                file=loaded.path,
+            )
         entries = []
         for node in loaded.spec.nodes:
             meta = node.model_load_meta
+            if meta is not None and meta.runtime is None and only and node.name in only:
+                entries.append(_handler_entry(loaded, node, release))  # a handler served as a v2 "model"
+                continue
             if meta is None or meta.runtime is None or node.name in loaded.graph.unreachable:
                 continue
             if only and node.name not in only:
@@ -258,6 +268,8 @@ class ModelService:
 
     async def _warm_up(self, node: ModelNode) -> None:
         """A few batches of zeros shaped like the signature (dynamic dimensions = 1), then settle where it runs."""
+        if not node.runtime.signature.inputs:  # a handler: its inputs are whatever its callers send
+            return
         inputs = {}
         for spec in node.runtime.signature.inputs:
             dtype = numpy_dtype(spec.dtype)
@@ -393,9 +405,54 @@ class ModelService:
                 request_deadline.reset(token)
 
 
+class HandlerRuntime(Runtime):
+    """A handler node behind the model interface, so an inference server can serve it over v2: the request's
+    tensors become the handler's input value and its output value becomes tensors (``pipeserve.v2.values``)."""
+
+    name: ClassVar[str] = "handler"
+    releases_gil: ClassVar[bool] = False
+    is_thread_safe: ClassVar[bool] = False
+
+    def __init__(self, node: HandlerNode) -> None:
+        super().__init__(RuntimeOptions(artifact=None))
+        self.node = node
+
+    def load(self) -> None:
+        self.node.load()
+        self._signature = Signature(inputs=(), outputs=())
+
+    def predict(self, inputs: TensorDict) -> TensorDict:
+        value = decode_value(inputs)
+        if self.node.is_async:
+            return encode_value(asyncio.run(self.node.acall(value)))  # in the model's own worker thread
+        return encode_value(self.node.call(value))
+
+    def describe(self) -> dict[str, Any]:
+        return {"runtime": "handler", "handler_module": self.node.target}
+
+
+def _handler_entry(loaded: LoadedSpec, node: NodeSpec, release: Callable[[], str]) -> ModelEntry:
+    meta = node.model_load_meta
+    assert meta is not None
+    assert meta.handler_module is not None
+    factory = resolve_handler(meta.handler_module, loaded.base_dir, file=str(loaded.path), node=node.name)
+    context = HandlerContext(node=node.name, base_dir=loaded.base_dir, params=dict(node.params), labels=loaded.labels)
+
+    def build() -> ModelNode:
+        runtime = HandlerRuntime(HandlerNode(node.name, meta.handler_module or "", factory, context))
+        policy = BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=1)
+        return ModelNode(
+            node.name, runtime, policy, version=meta.version, pipeline="v2", execution="thread", queued=True
+        )
+
+    return ModelEntry(node.name, meta.version, build, release, source=f"{loaded.path} node {node.name!r} (handler)")
+
+
 def _check_against_signature(node: ModelNode, inputs: Mapping[str, Any]) -> TensorDict:
     """The request's tensors, checked like Triton checks them: names, datatypes (no silent casts) and shapes."""
     signature = node.runtime.signature
+    if not signature.inputs:  # a handler served as a model: any named tensors (pipeserve.v2.values)
+        return {name: np.asarray(value) for name, value in inputs.items()}
     names = [s.name for s in signature.inputs]
     unknown = [n for n in inputs if n not in names]
     missing = [n for n in names if n not in inputs]

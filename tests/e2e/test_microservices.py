@@ -24,10 +24,16 @@ def test_the_same_pipeline_gives_identical_outputs_in_process_and_as_microservic
 ) -> None:
     spec = tmp_path / "ensemble"
     shutil.copytree(iris_ensemble_dir, spec)
-    svc_port, logreg_port, gateway_port = free_port(), free_port(), free_port()
+    svc_port, logreg_port, average_port, gateway_port = free_port(), free_port(), free_port(), free_port()
     text = (spec / "pipeline.yaml").read_text()
     text = text.replace("grpc://127.0.0.1:50061", f"grpc://127.0.0.1:{svc_port}")
     text = text.replace("grpc://127.0.0.1:50062", f"grpc://127.0.0.1:{logreg_port}")
+    # the combining handler too: any node can live elsewhere (its values travel as v2 tensors)
+    text = text.replace(
+        "model_load_meta: {handler_module: 'combine:Average'}",
+        f"model_load_meta: {{handler_module: 'combine:Average', remote: {{url: 'grpc://127.0.0.1:{average_port}'}}}}",
+    )
+    assert str(average_port) in text
     (spec / "pipeline.yaml").write_text(text)
 
     with run_server(["serve", str(spec)], tmp_path=tmp_path) as single:
@@ -59,4 +65,6 @@ def test_the_same_pipeline_gives_identical_outputs_in_process_and_as_microservic
     assert remote["logreg"]["endpoints"][0]["url"] == f"grpc://127.0.0.1:{logreg_port}"
     assert "serve-infer" in log
     assert "--models svc" in log
+    assert "--models average" in log
+    assert remote["average"]["endpoints"][0]["url"] == f"grpc://127.0.0.1:{average_port}"
     assert "--pattern gateway" in log
