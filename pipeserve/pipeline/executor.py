@@ -357,16 +357,7 @@ class Pipeline:
         if tracing.enabled():
             return self._run_sync_traced(nodes, value)
         for node in nodes:
-            started = time.perf_counter()
-            try:
-                value = node.call(value)
-            except (InvalidInput, PipeserveError):
-                self._observe(node.name, started, failed=True)
-                raise
-            except Exception as exc:
-                self._observe(node.name, started, failed=True)
-                raise NodeFailed(node.name, exc) from exc
-            self._observe(node.name, started, failed=False)
+            value = self._call_observed(node, value)
         return value
 
     def _run_sync_traced(self, nodes: tuple[Node, ...], value: Any) -> Any:

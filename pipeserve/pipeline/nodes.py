@@ -291,29 +291,8 @@ class ModelNode:
         return self._inputs(value)
 
     def _inputs(self, value: Any) -> TensorDict:
-        if isinstance(value, dict):
-            missing = [n for n in self._input_names if n not in value]
-            if missing:
-                raise InvalidInput(
-                    f"model node {self.name!r} got no tensor for {missing}",
-                    expected=f"tensors named {self._input_names}",
-                )
-            tensors = {name: np.asarray(value[name]) for name in self._input_names}
-        elif len(self._input_names) == 1:
-            tensors = {self._input_names[0]: np.asarray(value)}
-        else:
-            raise InvalidInput(
-                f"model node {self.name!r} takes several inputs",
-                expected=f"a dict of tensors named {self._input_names}",
-            )
+        tensors = named_tensors(self.name, value, self._input_names, self._casts)
         for name, array in tensors.items():
-            want = self._casts.get(name)
-            if want is not None and array.dtype != want:
-                if array.dtype.kind not in "biuf":
-                    raise InvalidInput(
-                        f"input {name!r} of model {self.name!r} is {array.dtype}", expected=f"{want} numbers"
-                    )
-                tensors[name] = array = array.astype(want)
             shape = self._shapes.get(name)
             if shape is not None and (
                 array.ndim != len(shape) or any(w not in (-1, g) for w, g in zip(shape, array.shape, strict=True))
@@ -361,6 +340,31 @@ class ModelNode:
             else None
         )
         return info
+
+
+def named_tensors(node: str, value: Any, names: list[str], casts: dict[str, np.dtype[Any]]) -> TensorDict:
+    """A node's input value as the model's named tensors: a dict by name, or one array for a one-input model;
+    numbers cast to the dtype the model declares.
+
+    Raises:
+        InvalidInput: a missing tensor, several inputs without names, or text where numbers are expected.
+    """
+    if isinstance(value, dict):
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise InvalidInput(f"model node {node!r} got no tensor for {missing}", expected=f"tensors named {names}")
+        tensors = {name: np.asarray(value[name]) for name in names}
+    elif len(names) == 1:
+        tensors = {names[0]: np.asarray(value)}
+    else:
+        raise InvalidInput(f"model node {node!r} takes several inputs", expected=f"a dict of tensors named {names}")
+    for name, array in tensors.items():
+        want = casts.get(name)
+        if want is not None and array.dtype != want:
+            if array.dtype.kind not in "biuf":
+                raise InvalidInput(f"input {name!r} of model {node!r} is {array.dtype}", expected=f"{want} numbers")
+            tensors[name] = array.astype(want)
+    return tensors
 
 
 def _rows(item: TensorDict) -> int:

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from pipeserve.errors import InvalidInput
+from pipeserve.pipeline.nodes import named_tensors
 from pipeserve.types import Signature, TensorDict, numpy_dtype
 from pipeserve.v2.values import decode_value, encode_value
 
@@ -112,26 +113,7 @@ class RemoteModelNode:
         return {name: outputs[name] for name in self._selected}
 
     def _inputs(self, value: Any) -> TensorDict:
-        if isinstance(value, dict):
-            missing = [n for n in self._input_names if n not in value]
-            if missing:
-                raise InvalidInput(
-                    f"model node {self.name!r} got no tensor for {missing}", expected=f"tensors {self._input_names}"
-                )
-            tensors = {name: np.asarray(value[name]) for name in self._input_names}
-        elif len(self._input_names) == 1:
-            tensors = {self._input_names[0]: np.asarray(value)}
-        else:
-            raise InvalidInput(
-                f"model node {self.name!r} takes several inputs", expected=f"a dict of tensors {self._input_names}"
-            )
-        for name, array in tensors.items():
-            want = self._casts.get(name)
-            if want is not None and array.dtype != want:
-                if array.dtype.kind not in "biuf":
-                    raise InvalidInput(f"input {name!r} of model {self.name!r} is {array.dtype}", expected=f"{want}")
-                tensors[name] = array.astype(want)
-        return tensors
+        return named_tensors(self.name, value, self._input_names, self._casts)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -78,3 +78,30 @@ def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> int:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     return process.returncode
+
+
+@contextmanager
+def run_up(args: list[str], *, log_path: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`pipeserve up ...` in a subprocess; waits until it says all is ready; Ctrl-C (SIGINT) at the end, which
+    must stop every process it started and exit 0."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*PIPESERVE, "up", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while b"all ready" not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"pipeserve up did not become ready:\n{log_path.read_text()}")
+            time.sleep(0.3)
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(timeout=30)
+    if code != 0:
+        raise RuntimeError(f"pipeserve up exited with {code}:\n{log_path.read_text()}")

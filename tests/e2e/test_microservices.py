@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import PIPESERVE, free_port, run_server
+from tests.e2e.conftest import free_port, run_server, run_up
 
 pytestmark = pytest.mark.e2e
 
@@ -43,22 +39,11 @@ def test_the_same_pipeline_gives_identical_outputs_in_process_and_as_microservic
         assert httpx.get(f"{single.url}/metadata").json()["inference"] == "in-process"
 
     log_path = tmp_path / "up.log"
-    command = [*PIPESERVE, "up", str(spec), "--pattern", "microservices", "--prep-port", str(gateway_port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while b"all ready" not in log_path.read_bytes():
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+    with run_up([str(spec), "--pattern", "microservices", "--prep-port", str(gateway_port)], log_path=log_path):
         gateway = f"http://127.0.0.1:{gateway_port}"
         got = {path: httpx.post(f"{gateway}{path}", json=ROWS).json() for path in ("/predict", "/predict/label")}
         remote = httpx.get(f"{gateway}/metadata").json()["inference"]["nodes"]
         log = log_path.read_text()
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        assert process.wait(timeout=30) == 0
     assert got == expected  # bit for bit: the same models, the same combine step, only the place differs
     assert expected["/predict/label"]["prediction"] == ["setosa", "virginica", "versicolor"]
     assert remote["svc"]["endpoints"] == [{"url": f"grpc://127.0.0.1:{svc_port}", "up": True, "reason": None}]

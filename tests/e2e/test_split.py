@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException  # type: ignore[import-u
 
 from pipeserve.pipeline.loader import load_spec
 from pipeserve.pipeline.release import fingerprint
-from tests.e2e.conftest import PIPESERVE, free_port, run_server, stop
+from tests.e2e.conftest import PIPESERVE, free_port, run_server, run_up, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -221,29 +221,17 @@ def test_up_prep_pred_serves_the_seed_flow_and_stops_cleanly(
 ) -> None:
     """`pipeserve up --pattern prep-pred`: base64 cat -> prep /predict/label -> gRPC -> inference server -> a cat."""
     prep, http, grpc = free_port(), free_port(), free_port()
-    log_path = tmp_path / "up.log"
-    command = [
-        *PIPESERVE, "up", str(imagenet_dir), "--pattern", "prep-pred", "--infer-replicas", "1", "--prep-workers", "1",
+    args = [
+        str(imagenet_dir), "--pattern", "prep-pred", "--infer-replicas", "1", "--prep-workers", "1",
         "--prep-port", str(prep), "--infer-http-port", str(http), "--infer-grpc-port", str(grpc),
     ]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while b"all ready" not in log_path.read_bytes():
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+    with run_up(args, log_path=tmp_path / "up.log"):
         response = httpx.post(f"http://127.0.0.1:{prep}/predict/label", json=_cat_body(cat_jpeg), timeout=30)
         assert response.status_code == 200, response.text
         assert response.json()["prediction"] in {"tiger cat", "Egyptian Mau", "tabby"}
         metadata = httpx.get(f"http://127.0.0.1:{prep}/metadata").json()
         assert metadata["inference"]["endpoints"] == [{"url": f"grpc://127.0.0.1:{grpc}", "up": True, "reason": None}]
         assert metadata["golden_check"].startswith("prediction matches")  # the golden check ran across the split
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        code = process.wait(timeout=30)
-    assert code == 0, log_path.read_text()
     for port in (prep, http, grpc):  # every process is gone: the ports are free again
         with pytest.raises(httpx.TransportError):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=1)

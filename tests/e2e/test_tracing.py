@@ -3,10 +3,7 @@ receiver (an HTTP server in the test that decodes the protobuf export requests),
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +15,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.e2e.conftest import PIPESERVE, free_port
+from tests.e2e.conftest import free_port, run_up
 
 pytestmark = pytest.mark.e2e
 
@@ -74,17 +71,9 @@ def test_one_trace_follows_a_request_through_the_gateway_and_the_node_services(
     text = text.replace("grpc://127.0.0.1:50062", f"grpc://127.0.0.1:{free_port()}")
     (spec / "pipeline.yaml").write_text(text)
     gateway_port = free_port()
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-    log_path = tmp_path / "up.log"
-    command = [*PIPESERVE, "up", str(spec), "--pattern", "microservices", "--prep-port", str(gateway_port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while b"all ready" not in log_path.read_bytes():
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    args = [str(spec), "--pattern", "microservices", "--prep-port", str(gateway_port)]
+    with run_up(args, log_path=tmp_path / "up.log", env=env):
         response = httpx.post(
             f"http://127.0.0.1:{gateway_port}/predict",
             json={"data": [[5.1, 3.5, 1.4, 0.2]]},
@@ -99,9 +88,6 @@ def test_one_trace_follows_a_request_through_the_gateway_and_the_node_services(
                 break
             assert time.monotonic() < deadline, (services, [s["name"] for s in mine])
             time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(timeout=30)
     names = [(s["service"], s["name"]) for s in mine]
     gateway = "pipeserve iris_ensemble"
     assert (gateway, "POST /predict") in names
