@@ -2,6 +2,7 @@
 
 No Docker engine is needed (and no hadolint): the files are parsed here and checked against the repository and
 against the CLI they call, whose options are read from ``python -m pipeserve.cli.main <subcommand> --help``.
+The compose helpers take the file (prep-pred's by default): test_deploy_microservices.py reuses them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 BASE_IMAGE = "python:3.11-slim"
 SPEC_DIR = "examples/imagenet"
 BUILD_SCRIPT = "examples/imagenet/build_imagenet.py"
+# every example the image holds: spec folder -> the script that builds its artifacts
+EXAMPLES = {SPEC_DIR: BUILD_SCRIPT, "examples/iris_ensemble": "examples/iris_ensemble/build_iris_ensemble.py"}
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PREP = "prep"
 INFER = ("infer-1", "infer-2")
@@ -189,14 +192,44 @@ def test_the_extras_installed_exist_in_pyproject() -> None:
     assert used <= defined, f"extras not in pyproject.toml: {sorted(used - defined)}"
 
 
-def test_the_image_builds_and_checks_the_example_release() -> None:
-    assert (ROOT / BUILD_SCRIPT).is_file()
-    runs = " && ".join(instruction.arguments for instruction in instructions("RUN"))
-    assert f"python {BUILD_SCRIPT}" in runs, "the example's artifacts are not built in the image"
-    assert f"pipeserve check {SPEC_DIR}" in runs, "the built release is not checked against its golden output"
+def workdir(stage: int) -> PurePosixPath:
+    """The WORKDIR a stage ends with (inherited from the stage it is FROM, if any)."""
+    path = PurePosixPath("/")
+    base = instructions("FROM", stage)[0].arguments.split()[0]
+    if base in stage_names():
+        path = workdir(stage_names()[base])
+    for instruction in instructions("WORKDIR", stage):
+        path = path / instruction.arguments  # an absolute WORKDIR replaces the path
+    return path
+
+
+def copies(instruction: Instruction, folder: PurePosixPath) -> bool:
+    """Whether a COPY or ADD brings ``folder`` (absolute: in the context, or in the ``--from`` stage): one of its
+    sources is that folder or a folder it is in."""
+    sources = words(split_flags(instruction.arguments)[1])[:-1]
+    return instruction.keyword in ("COPY", "ADD") and any(folder.is_relative_to(PurePosixPath("/", s)) for s in sources)
+
+
+@pytest.mark.parametrize(("spec_dir", "build_script"), EXAMPLES.items())
+def test_the_image_builds_and_checks_each_example_release(spec_dir: str, build_script: str) -> None:
+    """Copied into a stage, built there, checked there, and the built folder copied into the final stage."""
+    assert (ROOT / build_script).is_file()
+    assert (ROOT / spec_dir / "pipeline.yaml").is_file()
+    program = dockerfile()
+    built = [n for n, i in enumerate(program) if i.keyword == "RUN" and f"python {build_script}" in i.arguments]
+    assert built, f"{spec_dir}: the example's artifacts are not built in the image"
+    at, stage = built[0], program[built[0]].stage
+    context_copies = [i for i in program[:at] if i.stage == stage and "from" not in split_flags(i.arguments)[0]]
+    assert any(copies(i, PurePosixPath("/", spec_dir)) for i in context_copies), f"{spec_dir} is not copied first"
+    check = re.compile(rf"\bpipeserve check {re.escape(spec_dir)}/?(?![\w/.-])")
+    checks = [i for i in program[at:] if i.stage == stage and i.keyword == "RUN" and check.search(i.arguments)]
+    assert checks, f"the built {spec_dir} is not checked against its golden output (pipeserve check)"
     final = final_stage()
-    in_final = [i.arguments for i in instructions("COPY", final) + instructions("RUN", final)]
-    assert any(SPEC_DIR in arguments for arguments in in_final), f"the final stage does not get {SPEC_DIR}"
+    assert stage != final, "build in an earlier stage: the build-only extras stay out of the final image"
+    names = {name for name, index in stage_names().items() if index == stage} | {str(stage)}
+    delivered = [i for i in instructions("COPY", final) if split_flags(i.arguments)[0].get("from") in names]
+    built_folder = workdir(stage) / spec_dir
+    assert any(copies(i, built_folder) for i in delivered), f"the final stage does not get {built_folder}"
 
 
 def test_exposes_the_three_ports_and_leaves_health_to_compose() -> None:
@@ -222,24 +255,33 @@ def test_the_default_cmd_serves_the_inference_server() -> None:
 
 
 @functools.cache
-def compose() -> dict[str, Any]:
-    parsed = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
-    assert isinstance(parsed, dict), "the compose file is not a mapping"
+def compose(path: Path = COMPOSE) -> dict[str, Any]:
+    parsed = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(parsed, dict), f"{path}: not a mapping"
+    assert isinstance(parsed.get("services"), dict), f"{path}: no services"
     return parsed
 
 
-def service(name: str) -> dict[str, Any]:
-    services = compose()["services"]
+def service(name: str, path: Path = COMPOSE) -> dict[str, Any]:
+    services = compose(path)["services"]
     assert name in services, f"no service {name}"
     definition = services[name]
     assert isinstance(definition, dict)
     return definition
 
 
-def command(name: str) -> list[str]:
-    given = service(name).get("command")
+def command(name: str, path: Path = COMPOSE) -> list[str]:
+    given = service(name, path).get("command")
     assert given, f"{name} has no command"
     return shlex.split(given) if isinstance(given, str) else [str(word) for word in given]
+
+
+def environment(name: str, path: Path = COMPOSE) -> dict[str, str]:
+    """A service's environment, from the mapping or the list (``KEY=VALUE``) form."""
+    given = service(name, path).get("environment") or {}
+    if isinstance(given, dict):
+        return {str(key): str(value) for key, value in given.items()}
+    return dict(str(entry).partition("=")[::2] for entry in given)
 
 
 def option(argv: list[str], name: str) -> str | None:
@@ -252,8 +294,8 @@ def option(argv: list[str], name: str) -> str | None:
     return None
 
 
-def port_option(name: str, flag: str) -> int:
-    value = option(command(name), flag)
+def port_option(name: str, flag: str, path: Path = COMPOSE) -> int:
+    value = option(command(name, path), flag)
     assert value is not None, f"{name}: no {flag} in its command"
     return int(value)
 
@@ -282,10 +324,10 @@ def assert_options_exist(argv: list[str]) -> None:
             assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), f"pipeserve {argv[1]}: no {name}"
 
 
-def published_ports(name: str) -> dict[int, int]:
+def published_ports(name: str, path: Path = COMPOSE) -> dict[int, int]:
     """published port -> container port, from the short (``"8011:8011"``) or long syntax."""
     ports: dict[int, int] = {}
-    for entry in service(name).get("ports", []):
+    for entry in service(name, path).get("ports", []):
         if isinstance(entry, dict):
             if entry.get("published") is not None:
                 ports[int(entry["published"])] = int(entry["target"])
@@ -300,14 +342,30 @@ def test_the_compose_file_defines_the_split() -> None:
     assert set(compose()["services"]) == {PREP, *INFER}
 
 
-@pytest.mark.parametrize("name", [PREP, *INFER])
-def test_every_service_builds_deploy_dockerfile_from_the_repository_root(name: str) -> None:
-    build = service(name).get("build")
+def assert_builds_deploy_dockerfile(name: str, path: Path = COMPOSE) -> None:
+    build = service(name, path).get("build")
     assert isinstance(build, dict), f"{name}: build must name the context and the Dockerfile"
-    context = (COMPOSE.parent / build["context"]).resolve()
+    context = (path.parent / build["context"]).resolve()
     assert context == ROOT, f"{name}: build context {context}, expected the repository root"
     assert (context / build.get("dockerfile", "Dockerfile")).resolve() == DOCKERFILE
     assert DOCKERFILE.is_file()
+
+
+def assert_probes_readiness_with_python(name: str, url: str, path: Path = COMPOSE) -> None:
+    healthcheck = service(name, path).get("healthcheck")
+    assert isinstance(healthcheck, dict), f"{name} has no healthcheck"
+    test = healthcheck["test"]
+    assert isinstance(test, list), "healthcheck test in exec form"
+    assert test[:3] == ["CMD", "python", "-c"], "slim images have no curl: probe with python -c"
+    code = test[3]
+    compile(code, f"<{name} healthcheck>", "exec")
+    assert f"'{url}'" in code or f'"{url}"' in code, f"{name}: the healthcheck does not probe {url}"
+    assert "urllib" in code
+
+
+@pytest.mark.parametrize("name", [PREP, *INFER])
+def test_every_service_builds_deploy_dockerfile_from_the_repository_root(name: str) -> None:
+    assert_builds_deploy_dockerfile(name)
 
 
 def test_every_service_runs_the_same_image() -> None:
@@ -331,7 +389,7 @@ def test_every_option_of_a_command_is_in_the_cli_help(name: str) -> None:
 
 
 def test_every_infer_url_points_at_an_inference_service_and_its_grpc_port() -> None:
-    urls = option(command(PREP), "--infer") or service(PREP).get("environment", {}).get("PIPESERVE_INFER")
+    urls = option(command(PREP), "--infer") or environment(PREP).get("PIPESERVE_INFER")
     assert urls, "prep has no --infer (nor PIPESERVE_INFER)"
     hosts = []
     for url in urls.split(","):
@@ -360,17 +418,8 @@ def test_prep_starts_once_every_inference_server_is_healthy() -> None:
 
 @pytest.mark.parametrize("name", [PREP, *INFER])
 def test_healthchecks_probe_readiness_with_python(name: str) -> None:
-    healthcheck = service(name).get("healthcheck")
-    assert isinstance(healthcheck, dict), f"{name} has no healthcheck"
-    test = healthcheck["test"]
-    assert isinstance(test, list), "healthcheck test in exec form"
-    assert test[:3] == ["CMD", "python", "-c"], "slim images have no curl: probe with python -c"
-    code = test[3]
-    compile(code, f"<{name} healthcheck>", "exec")
     path, flag = READINESS[name]
-    url = f"http://127.0.0.1:{port_option(name, flag)}{path}"
-    assert f"'{url}'" in code or f'"{url}"' in code, f"{name}: the healthcheck does not probe {url}"
-    assert "urllib" in code
+    assert_probes_readiness_with_python(name, f"http://127.0.0.1:{port_option(name, flag)}{path}")
 
 
 # --- .dockerignore ----------------------------------------------------------------------------------------------
