@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,7 +41,13 @@ def test_imagenet_with_two_gunicorn_workers(imagenet_dir: Path, cat_jpeg: bytes,
         for _ in range(4):
             metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
             assert 'pipeserve_requests_total{method="POST",route="/predict/label",status="200"} 16.0' in metrics
-        assert 'pipeserve_ready{pipeline="imagenet"} 1.0' in metrics
+        # pipeserve_ready is the minimum over live workers: 1.0 once the slower worker has finished its warm-up too
+        # (/health/ready answered from whichever worker was ready first).
+        deadline = time.monotonic() + 60
+        while 'pipeserve_ready{pipeline="imagenet"} 1.0' not in metrics:
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.5)
+            metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
         process = server.process
     assert stop(process) == 0
     log = server.log()
