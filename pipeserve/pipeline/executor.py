@@ -158,8 +158,18 @@ class Pipeline:
             logger.info("Loaded node %s (%s) in %.2fs", node.name, node.kind, time.perf_counter() - started)
         for model in self.models:
             await model.start(self._executor)
+        await self.connect_remotes()
+
+    async def connect_remotes(self) -> None:
+        """Learn each remote node's signature from its endpoints (waiting for one to come up), check the
+        connections and plan the endpoints. Safe to call again after it raised.
+
+        Raises:
+            NotReady: no endpoint serving our release answered in time.
+        """
         for node in self.remotes:
-            await node.start()
+            if node.signature is None:
+                await node.start()
         self._check_connections()
         self._plans = self._build_plans()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import enum
 import logging
 import time
@@ -79,6 +80,7 @@ class InferenceService:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._max_in_flight = max_in_flight
         self._in_flight = 0
+        self._connecting: asyncio.Task[None] | None = None
         self.state = ServiceState.CREATED
         self._reason = "not started"
         self.fingerprint: str | None = None
@@ -120,17 +122,34 @@ class InferenceService:
         self._set_state(ServiceState.LOADING, "loading nodes")
         started = time.perf_counter()
         self.fingerprint = await asyncio.to_thread(fingerprint, self.loaded)
-        if self.remotes:
-            for remote in self.remotes:
-                await remote.start(self.fingerprint)
-            try:
-                await self.pipeline.start()
-            except NotReady as exc:  # no inference endpoint serving our release came up: stay up, say why
-                self._set_state(ServiceState.FAILED, f"cannot reach the models: {exc}")
-                logger.error("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
-                return
-        else:
+        for remote in self.remotes:
+            await remote.start(self.fingerprint)
+        try:
             await self.pipeline.start()
+        except NotReady as exc:  # no inference endpoint serves our release yet: stay up, say why, keep trying
+            self._set_state(ServiceState.LOADING, f"waiting for an inference endpoint: {exc}")
+            logger.warning("Pipeline %s is not ready: %s", self.spec.name, self.reason)
+            self._connecting = asyncio.create_task(self._connect_then_finish(started), name="pipeserve-connect")
+            return
+        await self._finish_start(started)
+
+    async def _connect_then_finish(self, started: float) -> None:
+        """Retry reaching the remote models until it works (each try waits up to the pool's start timeout)."""
+        while True:
+            try:
+                await self.pipeline.connect_remotes()
+            except NotReady as exc:
+                self._set_state(ServiceState.LOADING, f"waiting for an inference endpoint: {exc}")
+                logger.warning("Pipeline %s is not ready: %s", self.spec.name, self.reason)
+                continue
+            except Exception as exc:  # e.g. the remote model's signature does not fit its neighbour
+                self._set_state(ServiceState.FAILED, f"cannot use the remote models: {exc}")
+                logger.exception("Pipeline %s is NOT ready: %s", self.spec.name, self.reason)
+                return
+            break
+        await self._finish_start(started)
+
+    async def _finish_start(self, started: float) -> None:
         self._sample = await asyncio.to_thread(self._read_sample)
         self._set_state(ServiceState.WARMING, "warming up")
         try:
@@ -155,6 +174,10 @@ class InferenceService:
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop answering, finish queued work within ``grace_s``, release models."""
         self._set_state(ServiceState.STOPPED, "shutting down")
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
         await self.pipeline.stop(grace_s)
         for remote in self.remotes:
             await remote.stop()

@@ -321,3 +321,44 @@ def test_release_mismatch_turns_prep_unready_naming_both_fingerprints(iris_dir: 
     assert theirs in error, error
     assert ready.status_code == 503
     assert ours in ready.json()["reason"]
+
+
+def test_a_prep_server_started_before_its_inference_server_waits_and_then_serves(
+    iris_dir: Path, tmp_path: Path
+) -> None:
+    """Orchestrators start things in any order: the prep server stays up, not ready and saying why, until an
+    inference server of its release answers; then it warms up, checks the golden output and serves."""
+    http, grpc = free_port(), free_port()
+    env = {"PIPESERVE_INFER_START_TIMEOUT_S": "1"}
+    port = free_port()
+    log_path = tmp_path / "prep.log"
+    command = [*PIPESERVE, "serve", str(iris_dir), "--infer", f"grpc://127.0.0.1:{grpc}", "--port", str(port)]
+    with log_path.open("wb") as log:
+        prep = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True
+        )
+    infer = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                waiting = httpx.get(f"{url}/health/ready", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+        assert waiting.status_code == 503
+        assert "waiting for an inference endpoint" in waiting.json()["reason"]
+        refused = httpx.post(f"{url}/predict", json={"data": IRIS_ROW})
+        assert refused.status_code == 503
+        infer = start_infer([str(iris_dir)], tmp_path, http_port=http, grpc_port=grpc)
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{url}/health/ready", timeout=2).status_code != 200:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        assert httpx.post(f"{url}/predict/label", json={"data": IRIS_ROW}).json() == {"prediction": "setosa"}
+    finally:
+        stop(prep)
+        if infer is not None:
+            stop(infer.process)
