@@ -21,7 +21,33 @@ def _env(name: str, seed_name: str) -> AliasChoices:
     return AliasChoices(f"PIPESERVE_{name.upper()}", seed_name)
 
 
-class ServerSettings(BaseSettings):
+class _ProcessSettings(BaseSettings):
+    """What every pipeserve server process shares: bind address, logging, threads, deadlines, shutdown."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_")
+
+    host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
+    graceful_timeout_s: float = Field(
+        default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
+    )
+    log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
+    log_format: Literal["json", "text"] = Field(default="json")
+    worker_threads: int | None = Field(
+        default=None, ge=1, le=256, description="Threads for CPU-bound node work; default: cores / workers."
+    )
+    request_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="A request's deadline unless it sends X-Request-Timeout-Ms; queued work past it never runs (504).",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class ServerSettings(_ProcessSettings):
     """How one pipeserve server runs.
 
     Example:
@@ -29,10 +55,7 @@ class ServerSettings(BaseSettings):
         8001
     """
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_")
-
     spec_dir: Path = Field(default=Path("."))
-    host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
     port: int = Field(default=8000, ge=0, le=65535, validation_alias=_env("port", "PORT"))
     workers: int = Field(default=1, ge=1, le=256, validation_alias=_env("workers", "WORKERS"))
     backlog: int = Field(default=2048, ge=1, validation_alias=_env("backlog", "BACKLOG"))
@@ -42,21 +65,8 @@ class ServerSettings(BaseSettings):
     max_requests_jitter: int = Field(
         default=0, ge=0, validation_alias=_env("max_requests_jitter", "MAX_REQUESTS_JITTER")
     )
-    graceful_timeout_s: float = Field(
-        default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
-    )
-    log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
-    log_format: Literal["json", "text"] = Field(default="json")
     access_log: bool = Field(default=True)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
-    worker_threads: int | None = Field(
-        default=None, ge=1, le=256, description="Threads for CPU-bound node work; default: cores / workers."
-    )
-    request_timeout_s: float | None = Field(
-        default=60.0,
-        gt=0,
-        description="A request's deadline unless it sends X-Request-Timeout-Ms; queued work past it never runs (504).",
-    )
     max_in_flight: int = Field(default=256, ge=1, description="Predictions in progress at once; more get 503.")
     warmup_runs: int = Field(default=5, ge=0, le=1000)
     root_path: str = Field(default="")
@@ -99,18 +109,13 @@ class ServerSettings(BaseSettings):
     def infer_urls(self) -> list[str]:
         return [url.strip() for url in (self.infer or "").split(",") if url.strip()]
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_level(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
-
     @field_validator("spec_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
 
-class InferServerSettings(BaseSettings):
+class InferServerSettings(_ProcessSettings):
     """How one v2 inference server runs (``pipeserve serve-infer``): HTTP and gRPC in one process.
 
     Example:
@@ -118,29 +123,14 @@ class InferServerSettings(BaseSettings):
         50051
     """
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_")
-
     spec_dir: Path | None = Field(default=None, description="Serve this spec's model nodes (the release).")
     repository: Path | None = Field(default=None, description="Or serve a NAME/VERSION/ model repository.")
     models: str | None = Field(default=None, description="Comma-separated model nodes to serve (default: all).")
-    host: str = Field(default="127.0.0.1", validation_alias=_env("host", "HOST"))
     http_port: int = Field(default=8012, ge=0, le=65535)
     grpc_port: int = Field(default=50051, ge=0, le=65535)
-    log_level: LogLevel = Field(default="info", validation_alias=_env("log_level", "LOGLEVEL"))
-    log_format: Literal["json", "text"] = Field(default="json")
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    worker_threads: int | None = Field(default=None, ge=1, le=256)
-    request_timeout_s: float | None = Field(default=60.0, gt=0)
     max_in_flight: int = Field(default=512, ge=1)
     warmup_runs: int = Field(default=3, ge=0, le=1000)
-    graceful_timeout_s: float = Field(
-        default=10.0, ge=0, validation_alias=_env("graceful_timeout_s", "GRACEFUL_TIMEOUT")
-    )
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_level(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
 
     @field_validator("spec_dir", "repository")
     @classmethod

@@ -10,22 +10,25 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
 
 from pipeserve.cli._errors import CheckFailed, SpecInvalid
-from pipeserve.config import ServerSettings
+from pipeserve.config import InferServerSettings, ServerSettings
 from pipeserve.errors import SpecError
+
+S = TypeVar("S", ServerSettings, InferServerSettings)
 
 SPEC_DIR = click.argument("spec_dir", type=click.Path(exists=True, path_type=Path))
 
 
-def _settings(**options: Any) -> ServerSettings:
+def _settings(cls: type[S], **options: Any) -> S:
+    """Settings from the options given on the command line (the rest from the environment and defaults)."""
     given = {key: value for key, value in options.items() if value is not None}
     try:
-        return ServerSettings(**given)
+        return cls(**given)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
@@ -72,7 +75,7 @@ def cli() -> None:
 )
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
-    settings = _settings(spec_dir=spec_dir, **options)
+    settings = _settings(ServerSettings, spec_dir=spec_dir, **options)
     with _metrics_shared_by_workers(settings.workers):
         from pipeserve.app import serve as run_server  # after the env is set: prometheus reads it at import
 
@@ -93,14 +96,7 @@ def serve(spec_dir: Path, **options: Any) -> None:
 @click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
 def serve_infer(spec_dir: Path | None, **options: Any) -> None:
     """Serve the model nodes of SPEC_DIR (or a --repository) over the Open Inference Protocol, HTTP and gRPC."""
-    from pipeserve.config import InferServerSettings
-
-    given = {key: value for key, value in options.items() if value is not None}
-    try:
-        settings = InferServerSettings(spec_dir=spec_dir, **given)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    settings = _settings(InferServerSettings, spec_dir=spec_dir, **options)
     from pipeserve.app import serve_infer as run_server
 
     try:

@@ -203,8 +203,13 @@ class Pipeline:
             model.settle_execution()
             # On a single core a batch of one, alone in the process, gains nothing from a thread hop either.
             fastest = model.fastest_run_s
-            on_cpu = all(replica.options.device == "cpu" for replica in model.replicas)
-            if self._single_core and model.queued and on_cpu and fastest is not None and fastest <= IDLE_INLINE_MAX_S:
+            if (
+                self._single_core
+                and model.queued
+                and model.on_cpu
+                and fastest is not None
+                and fastest <= IDLE_INLINE_MAX_S
+            ):
                 model.alone = self._is_alone
         self._warming = False
         self._plans = self._build_plans()
@@ -364,53 +369,14 @@ class Pipeline:
         return result
 
     def _run_sync(self, nodes: tuple[Node, ...], value: Any) -> Any:
-        if tracing.enabled():
-            return self._run_sync_traced(nodes, value)
         for node in nodes:
-            value = self._call_observed(node, value)
-        return value
-
-    def _run_sync_traced(self, nodes: tuple[Node, ...], value: Any) -> Any:
-        for node in nodes:
-            with tracing.span(
-                f"node {node.name}", attributes={"pipeserve.node": node.name, "pipeserve.node_kind": node.kind}
-            ):
-                value = self._call_observed(node, value)
-        return value
-
-    def _call_observed(self, node: Node, value: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            value = node.call(value)
-        except (InvalidInput, PipeserveError):
-            self._observe(node.name, started, failed=True)
-            raise
-        except Exception as exc:
-            self._observe(node.name, started, failed=True)
-            raise NodeFailed(node.name, exc) from exc
-        self._observe(node.name, started, failed=False)
+            with _NodeRun(self, node):
+                value = node.call(value)
         return value
 
     async def _run_async(self, node: Node, value: Any) -> Any:
-        if tracing.enabled():
-            with tracing.span(
-                f"node {node.name}", attributes={"pipeserve.node": node.name, "pipeserve.node_kind": node.kind}
-            ):
-                return await self._run_async_observed(node, value)
-        return await self._run_async_observed(node, value)
-
-    async def _run_async_observed(self, node: Node, value: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            result = await node.acall(value)  # type: ignore[union-attr]  # only async nodes get here
-        except (InvalidInput, PipeserveError):
-            self._observe(node.name, started, failed=True)
-            raise
-        except Exception as exc:
-            self._observe(node.name, started, failed=True)
-            raise NodeFailed(node.name, exc) from exc
-        self._observe(node.name, started, failed=False)
-        return result
+        with _NodeRun(self, node):
+            return await node.acall(value)  # type: ignore[union-attr]  # only async nodes get here
 
     def _observe(self, node: str, started: float, *, failed: bool) -> None:
         if self.observer is not None:
@@ -434,6 +400,37 @@ class Pipeline:
                     groups.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})
             plans[endpoint] = groups
         return plans
+
+
+class _NodeRun:
+    """Around one node's run: its latency and failure for the observer (metrics), its span when tracing is on,
+    and anything unexpected it raises wrapped as ``NodeFailed`` naming it (the cause chained)."""
+
+    __slots__ = ("_node", "_pipeline", "_span", "_started")
+
+    def __init__(self, pipeline: Pipeline, node: Node) -> None:
+        self._pipeline = pipeline
+        self._node = node
+        self._span: Any = None
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        if tracing.enabled():
+            node = self._node
+            attributes = {"pipeserve.node": node.name, "pipeserve.node_kind": node.kind}
+            self._span = tracing.span(f"node {node.name}", attributes=attributes)
+            self._span.__enter__()
+        self._started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        self._pipeline._observe(self._node.name, self._started, failed=isinstance(exc, Exception))
+        raised = exc
+        if isinstance(exc, Exception) and not isinstance(exc, InvalidInput | PipeserveError):
+            raised = NodeFailed(self._node.name, exc)
+        if self._span is not None:
+            self._span.__exit__(type(raised) if raised else None, raised, tb)
+        if raised is not exc and raised is not None:
+            raise raised from exc
 
 
 def _skipped(node: str, exc: Exception) -> None:

@@ -141,6 +141,11 @@ class ModelNode:
         self.alone: Callable[[], bool] | None = None
 
     @property
+    def on_cpu(self) -> bool:
+        """Every replica runs on the CPU (so batches can share the pipeline's CPU thread pool, or the loop)."""
+        return all(replica.options.device == "cpu" for replica in self.replicas)
+
+    @property
     def selected_outputs(self) -> list[str] | None:
         """The outputs the node passes on (``outputs`` in the spec), or None for all."""
         return self._selected
@@ -192,8 +197,7 @@ class ModelNode:
         """
         if not self.queued:
             return
-        on_cpu = all(replica.options.device == "cpu" for replica in self.replicas)
-        if on_cpu and cpu_pool is not None:
+        if self.on_cpu and cpu_pool is not None:
             self._executor, self._owns_executor = cpu_pool, False
         else:
             self._executor = ThreadPoolExecutor(max_workers=len(self.replicas), thread_name_prefix=f"model-{self.name}")
@@ -256,14 +260,14 @@ class ModelNode:
     def call(self, value: Any) -> Any:
         """Run one request's input unbatched (in the caller's thread), on the next replica in turn."""
         replica = next(self._turn) % len(self.replicas) if len(self.replicas) > 1 else 0
-        return self._select(self._predict_timed(self._inputs(value), replica))
+        return self._select(self._predict_timed(self.check_inputs(value), replica))
 
     def _batch_done(self, info: BatchInfo) -> None:
         if self.on_batch is not None:
             self.on_batch(self, info)
 
     async def acall(self, value: Any) -> Any:
-        return self._select(await self.infer(self._inputs(value)))
+        return self._select(await self.infer(self.check_inputs(value)))
 
     async def infer(self, tensors: TensorDict) -> TensorDict:
         """One request's named tensors through the batcher; every output (an inference server selects its own)."""
@@ -288,9 +292,6 @@ class ModelNode:
 
     def check_inputs(self, value: Any) -> TensorDict:
         """One request's input as the model's named tensors, cast and shape-checked."""
-        return self._inputs(value)
-
-    def _inputs(self, value: Any) -> TensorDict:
         tensors = named_tensors(self.name, value, self._input_names, self._casts)
         for name, array in tensors.items():
             shape = self._shapes.get(name)

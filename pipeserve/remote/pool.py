@@ -23,10 +23,10 @@ from pipeserve.observability import tracing
 from pipeserve.pipeline.context import request_deadline
 from pipeserve.remote.clients import EndpointDown, ModelInfo, V2Client, create_client, parse_endpoint
 from pipeserve.types import Signature, TensorDict
+from pipeserve.v2 import RELEASE_PARAMETER
 
 logger = logging.getLogger(__name__)
 
-RELEASE_PARAMETER = "pipeserve_release"  # the same key the inference server writes (service.models)
 ReleaseCheck = Literal["fingerprint", "golden"]
 
 
@@ -155,11 +155,8 @@ class RemoteModels:
                     raise DeadlineExceeded("the request's deadline passed before the inference server answered")
             endpoint.in_flight += 1
             try:
-                if tracing.enabled():
-                    attributes = {"pipeserve.endpoint": endpoint.url, "pipeserve.model": model}
-                    with tracing.span(f"v2 infer {model}", kind="client", attributes=attributes):
-                        tensors, parameters = await endpoint.client.infer(model, version, inputs, outputs, timeout_s)
-                else:
+                attributes = {"pipeserve.endpoint": endpoint.url, "pipeserve.model": model}
+                with tracing.span(f"v2 infer {model}", kind="client", attributes=attributes):
                     tensors, parameters = await endpoint.client.infer(model, version, inputs, outputs, timeout_s)
                 self._check_release(endpoint, model, version, parameters)
                 return tensors

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeserve.errors import DeadlineExceeded, GoldenCheckFailed, InvalidInput, NotFound, NotReady, Overloaded
+from pipeserve.errors import GoldenCheckFailed, InvalidInput, NotFound, NotReady
 from pipeserve.pipeline.codec import decode_data, squeeze_single
-from pipeserve.pipeline.context import request_deadline
 from pipeserve.pipeline.executor import Pipeline
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.pipeline.loader import LoadedSpec
 from pipeserve.pipeline.release import check_golden, fingerprint, golden_prediction
 from pipeserve.pipeline.remote import RemoteInference
 from pipeserve.pipeline.steps.tensor import lookup_labels
+from pipeserve.service.limits import Admission
 from pipeserve.types import Activity
 
 if TYPE_CHECKING:
@@ -76,10 +76,7 @@ class InferenceService:
         self.activity = Activity()
         self.pipeline.activity = self.activity
         self._warmup_runs = warmup_runs
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self._max_in_flight = max_in_flight
-        self._in_flight = 0
+        self._admission = Admission(max_in_flight)
         self._connecting: asyncio.Task[None] | None = None
         self.state = ServiceState.CREATED
         self._reason = "not started"
@@ -238,7 +235,7 @@ class InferenceService:
     @property
     def in_flight(self) -> int:
         """Predictions started and not yet answered."""
-        return self._in_flight
+        return self._admission.in_flight
 
     async def predict_label(self, data: Any, *, timeout_s: float | None = None) -> Any:
         """The label(s) of the pipeline's output: class names for scores or class ids, text as it is."""
@@ -258,25 +255,10 @@ class InferenceService:
         params: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> Any:
-        if self._in_flight >= self._max_in_flight:
-            raise Overloaded(f"the server has {self._in_flight} requests in flight, its limit", retry_after_s=1.0)
-        self._in_flight += 1
-        token = request_deadline.set(time.monotonic() + timeout_s) if timeout_s is not None else None
-        try:
-            value = decode_data(self.spec.input, data)
-            if timeout_s is None:
-                return await self.pipeline.run(value, endpoint=endpoint, params=params)
-            try:
-                async with asyncio.timeout(timeout_s):
-                    return await self.pipeline.run(value, endpoint=endpoint, params=params)
-            except TimeoutError:
-                raise DeadlineExceeded(
-                    f"the request took longer than its deadline of {timeout_s * 1000:.0f} ms"
-                ) from None
-        finally:
-            self._in_flight -= 1
-            if token is not None:
-                request_deadline.reset(token)
+        async def work() -> Any:
+            return await self.pipeline.run(decode_data(self.spec.input, data), endpoint=endpoint, params=params)
+
+        return await self._admission.run(work, timeout_s, what="the request")
 
     def _encode(self, value: Any) -> Any:
         return squeeze_single(value) if self._batched else value

@@ -13,6 +13,7 @@ preprocessing server computes), or for a repository model the digest of its vers
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -27,8 +28,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipeserve.batching import BatchPolicy
-from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, SpecError
-from pipeserve.pipeline.context import request_deadline
+from pipeserve.errors import InvalidInput, NotFound, NotReady, SpecError
 from pipeserve.pipeline.executor import build_model_node, default_worker_threads
 from pipeserve.pipeline.handlers import HandlerContext, resolve_handler
 from pipeserve.pipeline.loader import LoadedSpec
@@ -36,7 +36,9 @@ from pipeserve.pipeline.nodes import HandlerNode, ModelNode
 from pipeserve.pipeline.release import fingerprint
 from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta, NodeSpec
 from pipeserve.runtimes import Runtime, RuntimeOptions
+from pipeserve.service.limits import Admission
 from pipeserve.types import Activity, Signature, TensorDict, numpy_dtype
+from pipeserve.v2 import RELEASE_PARAMETER
 from pipeserve.v2.datatypes import datatype_of
 from pipeserve.v2.values import decode_value, encode_value
 
@@ -47,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 #: Runtime by artifact suffix, for repository folders without a config.yaml.
 _RUNTIME_BY_SUFFIX = {".onnx": "onnx", ".pt": "torchscript", ".ts": "torchscript", ".joblib": "sklearn"}
-#: The model parameter (metadata and every infer response) that names the release a model belongs to.
-RELEASE_PARAMETER = "pipeserve_release"
 
 
 @dataclass
@@ -80,16 +80,14 @@ class ModelRepository:
             versions[entry.version] = entry
 
     @classmethod
-    def from_spec(
-        cls, loaded: LoadedSpec, *, queued: bool = True, only: Sequence[str] | None = None
-    ) -> ModelRepository:
-        """The model nodes of a pipeline spec (``only``: just these), each behind its batcher (``queued``: even
-        without batching).
+    def from_spec(cls, loaded: LoadedSpec, *, only: Sequence[str] | None = None) -> ModelRepository:
+        """The model nodes of a pipeline spec (``only``: just these nodes, handlers included), each behind its
+        batcher (even without batching: FIFO, bounded, deadlines).
 
         Raises:
             SpecError: no model nodes, or ``only`` names a node that is not a model.
         """
-        release = _memo(lambda: fingerprint(loaded))
+        release = functools.cache(lambda: fingerprint(loaded))
         servable = [n.name for n in loaded.spec.nodes if n.model_load_meta is not None]
         unknown = [name for name in only or [] if name not in servable]
         if unknown:
@@ -112,7 +110,7 @@ class ModelRepository:
                 ModelEntry(
                     node.name,
                     meta.version,
-                    _builder(node.name, meta, node.batching, loaded.base_dir, artifact, str(loaded.path), queued),
+                    _builder(node.name, meta, node.batching, loaded.base_dir, artifact, str(loaded.path)),
                     release,
                     source=f"{loaded.path} node {node.name!r}",
                 )
@@ -122,7 +120,7 @@ class ModelRepository:
         return cls(entries, description=f"pipeline {loaded.spec.name!r} ({loaded.path})")
 
     @classmethod
-    def from_directory(cls, root: Path, *, queued: bool = True) -> ModelRepository:
+    def from_directory(cls, root: Path) -> ModelRepository:
         """Triton's layout: ``NAME/VERSION/`` folders (numeric versions) holding one model file each.
 
         Raises:
@@ -153,8 +151,8 @@ class ModelRepository:
                     ModelEntry(
                         model_dir.name,
                         version_dir.name,
-                        _builder(model_dir.name, meta, batching_spec, version_dir, artifact, str(model_dir), queued),
-                        _memo(lambda d=version_dir: _digest(d)),  # type: ignore[misc]
+                        _builder(model_dir.name, meta, batching_spec, version_dir, artifact, str(model_dir)),
+                        functools.cache(functools.partial(_digest, version_dir)),
                         source=str(version_dir),
                     )
                 )
@@ -186,12 +184,11 @@ class ModelService:
         self.repository = repository
         self.metrics = metrics
         self.warmup_runs = warmup_runs
-        self.max_in_flight = max_in_flight
         self.server_name = server_name
         self.server_version = server_version
         self.activity = Activity()
         self.started = False
-        self._in_flight = 0
+        self._admission = Admission(max_in_flight)
         self._pool = ThreadPoolExecutor(max_workers=worker_threads or default_worker_threads(), thread_name_prefix="v2")
         self._single_core = (worker_threads or default_worker_threads()) == 1
 
@@ -210,6 +207,11 @@ class ModelService:
                 await self._unload(entry, grace_s)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.started = False
+
+    @property
+    def in_flight(self) -> int:
+        """Inference requests started and not yet answered."""
+        return self._admission.in_flight
 
     @property
     def is_ready(self) -> bool:
@@ -278,9 +280,8 @@ class ModelService:
         for _ in range(self.warmup_runs):
             await node.infer(node.check_inputs(inputs))
         node.settle_execution()
-        on_cpu = all(replica.options.device == "cpu" for replica in node.replicas)
         fast = node.fastest_run_s is not None and node.fastest_run_s <= 0.05  # never block the loop for long
-        if self._single_core and on_cpu and fast and node.execution == "auto":
+        if self._single_core and node.on_cpu and fast and node.execution == "auto":
             # One core: a worker thread cannot run beside the event loop, so handing each batch to it only adds
             # the hop and the wake-ups (measured: 4-6% fewer images/s over gRPC). The engine releases the GIL,
             # so gRPC's own I/O thread keeps receiving while a batch runs on the loop.
@@ -385,24 +386,7 @@ class ModelService:
         """
         entry, node = self.ready_node(name, version)
         tensors = _check_against_signature(node, inputs)
-        if self._in_flight >= self.max_in_flight:
-            raise Overloaded(f"the server has {self._in_flight} requests in flight, its limit", retry_after_s=1.0)
-        self._in_flight += 1
-        token = request_deadline.set(time.monotonic() + timeout_s) if timeout_s is not None else None
-        try:
-            if timeout_s is None:
-                return entry, await node.infer(tensors)
-            try:
-                async with asyncio.timeout(timeout_s):
-                    return entry, await node.infer(tensors)
-            except TimeoutError:
-                raise DeadlineExceeded(
-                    f"inference took longer than the deadline of {timeout_s * 1000:.0f} ms"
-                ) from None
-        finally:
-            self._in_flight -= 1
-            if token is not None:
-                request_deadline.reset(token)
+        return entry, await self._admission.run(lambda: node.infer(tensors), timeout_s, what="inference")
 
 
 class HandlerRuntime(Runtime):
@@ -496,25 +480,13 @@ def _builder(
     base_dir: Path,
     artifact: Path | None,
     file: str,
-    queued: bool,
 ) -> Callable[[], ModelNode]:
     def build() -> ModelNode:
         return build_model_node(
-            name, meta, batching, base_dir=base_dir, artifact=artifact, file=file, pipeline="v2", queued=queued
+            name, meta, batching, base_dir=base_dir, artifact=artifact, file=file, pipeline="v2", queued=True
         )
 
     return build
-
-
-def _memo(compute: Callable[[], str]) -> Callable[[], str]:
-    cache: list[str] = []
-
-    def get() -> str:
-        if not cache:
-            cache.append(compute())
-        return cache[0]
-
-    return get
 
 
 def _read_config(model_dir: Path) -> dict[str, Any]:

@@ -20,13 +20,13 @@ class Split:
 
 class SlowAsync:
     async def predict(self, data):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)
         return {"async": data}
 
 
 class SlowSync:
     def predict(self, data):
-        time.sleep(0.3)  # releases the GIL, as engines and image code do
+        time.sleep(0.5)  # releases the GIL, as engines and image code do
         return {"sync": data}
 
 
@@ -59,7 +59,7 @@ def diamond(tmp_path: Path, left: str, right: str, *, left_optional: bool = Fals
     ("left", "right"), [("SlowAsync", "SlowAsync"), ("SlowSync", "SlowSync"), ("SlowAsync", "SlowSync")]
 )
 def test_diamond_branches_run_concurrently(client_factory: Any, tmp_path: Path, left: str, right: str) -> None:
-    """Two 0.3 s branches: one after the other would take 0.6 s; at the same time, about 0.3 s."""
+    """Two 0.5 s branches: one after the other would take 1.0 s; at the same time, about 0.5 s."""
     # two sync branches need two threads (the default is one per core, and CI may give us one)
     client = client_factory(diamond(tmp_path, left, right), worker_threads=2)
     client.post("/predict", json={"data": 0})  # first call: nothing cold left in the timing
@@ -71,7 +71,7 @@ def test_diamond_branches_run_concurrently(client_factory: Any, tmp_path: Path, 
     assert body["order"] == ["left", "right"]
     assert set(body["left"].values()) == {5}
     assert set(body["right"].values()) == {5}
-    assert elapsed < 0.5, f"branches ran one after the other ({elapsed:.2f}s)"
+    assert elapsed < 0.8, f"branches ran one after the other ({elapsed:.2f}s)"
 
 
 def test_a_failing_branch_fails_the_request_naming_its_node_and_the_server_goes_on(
@@ -82,7 +82,7 @@ def test_a_failing_branch_fails_the_request_naming_its_node_and_the_server_goes_
     response = client.post("/predict", json={"data": 1})
     assert response.status_code == 500
     assert response.json()["node"] == "left"
-    assert time.perf_counter() - started < 0.25  # the slow sibling was cancelled, not waited for
+    assert time.perf_counter() - started < 0.4  # the slow sibling (0.5 s) was cancelled, not waited for
     assert client.get("/health").json() == {"health": "ok"}
 
 

@@ -82,7 +82,7 @@ def bytes_tensor(*items: bytes) -> np.ndarray[Any, Any]:
 async def until_in_flight(service: ModelService, count: int) -> None:
     """Wait until ``count`` requests are inside the service (past its in-flight check)."""
     for _ in range(500):
-        if service._in_flight >= count:
+        if service.in_flight >= count:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{count} requests never got in flight")

@@ -117,18 +117,21 @@ class RestApp:
             else contextlib.nullcontext()
         )
         try:
-            traced.__enter__()
-            if endpoint is not None and method in endpoint.methods:
-                status = await self._serve_fast(endpoint, scope, receive, send, request_id)
-            elif endpoint is not None and path not in self._api_paths:
-                status = 405
-                allowed = ", ".join(sorted(endpoint.methods))
-                body = error_body(f"method {method} is not allowed on {path}", request_id=request_id, expected=allowed)
-                await _respond(send, 405, body, request_id, [(b"allow", allowed.encode())])
-            else:
-                status, route = await self._serve_api(scope, receive, send, request_id)
+            with traced as span:
+                if endpoint is not None and method in endpoint.methods:
+                    status = await self._serve_fast(endpoint, scope, receive, send, request_id)
+                elif endpoint is not None and path not in self._api_paths:
+                    status = 405
+                    allowed = ", ".join(sorted(endpoint.methods))
+                    body = error_body(
+                        f"method {method} is not allowed on {path}", request_id=request_id, expected=allowed
+                    )
+                    await _respond(send, 405, body, request_id, [(b"allow", allowed.encode())])
+                else:
+                    status, route = await self._serve_api(scope, receive, send, request_id)
+                if span is not None:
+                    span.set_attribute("http.response.status_code", status)
         finally:
-            traced.__exit__(None, None, None)
             self._activity.exit()
             request_id_var.reset(token)
             request_annotations.reset(annotations_token)

@@ -11,8 +11,8 @@ import grpc
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, PipeserveError
 from pipeserve.observability import tracing
 from pipeserve.observability.context import accept_request_id, request_id_var
-from pipeserve.service.models import RELEASE_PARAMETER, ModelService
-from pipeserve.v2 import grpc_codec
+from pipeserve.service.models import ModelService
+from pipeserve.v2 import RELEASE_PARAMETER, grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
 from pipeserve.v2.grpc_service import MESSAGE_OPTIONS, add_servicer
 
@@ -78,17 +78,6 @@ class GrpcInferenceServicer:
         return await self._answer(context, call)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        token = request_id_var.set(accept_request_id(request.id))  # the caller's job id, on our spans and logs
-        try:
-            if not tracing.enabled():
-                return await self._infer(request, context)
-            carrier = {k: v for k, v in context.invocation_metadata() or () if k == "traceparent"}
-            with tracing.span(f"v2 infer {request.model_name}", kind="server", carrier=carrier):
-                return await self._infer(request, context)
-        finally:
-            request_id_var.reset(token)
-
-    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         async def call() -> pb.ModelInferResponse:
             inputs = grpc_codec.request_tensors(request)
             timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters))
@@ -101,7 +90,13 @@ class GrpcInferenceServicer:
                 entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}
             )
 
-        return await self._answer(context, call)
+        carrier = {key: value for key, value in context.invocation_metadata() or () if key == "traceparent"}
+        token = request_id_var.set(accept_request_id(request.id))  # the caller's job id, on our spans and logs
+        try:
+            with tracing.span(f"v2 infer {request.model_name}", kind="server", carrier=carrier):
+                return await self._answer(context, call)
+        finally:
+            request_id_var.reset(token)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         response = pb.RepositoryIndexResponse()

@@ -26,10 +26,10 @@ from pipeserve.errors import (
 )
 from pipeserve.observability import tracing
 from pipeserve.observability.context import accept_request_id, request_id_var
-from pipeserve.service.models import RELEASE_PARAMETER, ModelService
+from pipeserve.service.models import ModelService
+from pipeserve.v2 import RELEASE_PARAMETER
 from pipeserve.v2.rest_codec import (
     HEADER_LENGTH,
-    InferRequestBody,
     encode_infer_response,
     parse_infer_request,
     parse_json,
@@ -186,22 +186,14 @@ class V2HttpApp:
         body = await _read_body(receive, self.max_body_bytes)
         header_length = headers.get(HEADER_LENGTH.encode())
         request = parse_infer_request(body, header_length.decode() if header_length is not None else None)
-        token = request_id_var.set(accept_request_id(request.request_id))
+        timeout_s = _timeout(headers, request.parameters, self.default_timeout_s)
+        carrier = {"traceparent": headers[b"traceparent"].decode("latin-1")} if b"traceparent" in headers else {}
+        token = request_id_var.set(accept_request_id(request.request_id))  # the caller's job id, on spans and logs
         try:
-            if not tracing.enabled():
-                return await self._run_infer(request, headers, model, version)
-            carrier = {"traceparent": headers[b"traceparent"].decode("latin-1")} if b"traceparent" in headers else {}
             with tracing.span(f"v2 infer {model}", kind="server", carrier=carrier):
-                return await self._run_infer(request, headers, model, version)
+                entry, outputs = await self.service.infer(model, version, request.inputs, timeout_s=timeout_s)
         finally:
             request_id_var.reset(token)
-
-    async def _run_infer(
-        self, request: InferRequestBody, headers: dict[bytes, bytes], model: str, version: str
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        entry, outputs = await self.service.infer(
-            model, version, request.inputs, timeout_s=_timeout(headers, request.parameters, self.default_timeout_s)
-        )
         payload, json_size = encode_infer_response(
             entry.name, entry.version, request, outputs, {RELEASE_PARAMETER: entry.release or ""}
         )

@@ -13,8 +13,9 @@ import pytest
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotReady, Overloaded
 from pipeserve.pipeline.context import request_deadline
 from pipeserve.remote.clients import EndpointDown, ModelInfo, V2Client, parse_endpoint
-from pipeserve.remote.pool import RELEASE_PARAMETER, ReleaseMismatch, RemoteModels
+from pipeserve.remote.pool import ReleaseMismatch, RemoteModels
 from pipeserve.types import Signature, TensorDict, TensorSpec
+from pipeserve.v2 import RELEASE_PARAMETER
 
 RELEASE = "f00dfeedc0ffee00"
 SIGNATURE = Signature((TensorSpec("input", "FP32", (-1, 4)),), (TensorSpec("output", "FP32", (-1, 3)),))
