@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -66,44 +65,6 @@ class RequestInfo:
     request_id: str
     deadline_s: float | None = None
     annotations: dict[str, Any] = field(default_factory=dict)
-
-
-class Activity:
-    """How many requests the process is serving right now, counted where they enter (the transport).
-
-    A request counts from the moment it arrives, before its body is read, so work that would block the event
-    loop can tell whether anyone else is waiting for it. ``is_quiet`` also wants no overlap for a while: under
-    load, requests that arrive while the loop is busy are not counted until it reads them, so "alone right now"
-    alone would let a loaded server fall into running everything on the loop, unfairly.
-    """
-
-    __slots__ = ("last_overlap_s", "open")
-
-    #: How long after two requests overlapped the process still counts as busy.
-    QUIET_AFTER_S = 1.0
-
-    def __init__(self) -> None:
-        self.open = 0
-        self.last_overlap_s = -1e9
-
-    def enter(self) -> None:
-        self.open += 1
-        if self.open > 1:
-            self.last_overlap_s = time.monotonic()
-
-    def exit(self) -> None:
-        self.open -= 1
-
-    def __enter__(self) -> Activity:
-        self.enter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.exit()
-
-    def is_quiet(self) -> bool:
-        """At most this request in progress, and no two requests overlapped in the last ``QUIET_AFTER_S``."""
-        return self.open <= 1 and time.monotonic() - self.last_overlap_s > self.QUIET_AFTER_S
 
 
 @lru_cache(maxsize=256)

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -65,6 +66,10 @@ class Batcher(Generic[T, R]):
     In adaptive mode the batcher learns how long a batch of each size takes (``latency``) from the batches it
     runs, to decide whether waiting for company pays and which batch size costs least per row.
 
+    With a ``gate`` (e.g. a ``CpuLane``), a worker first waits its turn at the gate, then takes what is queued at
+    that moment and runs it while holding the gate: the time spent waiting for the shared resource is the
+    batching window, so a gated batcher never waits for company on top of it.
+
     Example:
         >>> async def double(xs: list[int]) -> list[int]:
         ...     return [2 * x for x in xs]
@@ -101,6 +106,8 @@ class Batcher(Generic[T, R]):
         self._workers: list[asyncio.Task[None]] = []
         self._batch_counter = 0
         self._closing = False
+        #: Held around taking and running each batch, when set (see the class docstring).
+        self.gate: AbstractAsyncContextManager[None] | None = None
         self.latency = LatencyModel()
         self._arrivals = ArrivalRate()
 
@@ -187,9 +194,17 @@ class Batcher(Generic[T, R]):
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            batch = await self._collect()
-            if batch:
-                await self._run(batch, worker)
+            gate = self.gate
+            if gate is None:
+                batch = await self._collect()
+                if batch:
+                    await self._run(batch, worker)
+                continue
+            async with gate:
+                batch = []
+                self._take(batch, 0, self._size_limit())
+                if batch:
+                    await self._run(batch, worker)
 
     def _size_limit(self) -> int:
         """Rows per batch: ``max_batch_size``, or in adaptive mode the size that costs least per row (every

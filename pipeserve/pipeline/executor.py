@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeserve.batching import BatchPolicy
+from pipeserve.batching import BatchPolicy, CpuLane
 from pipeserve.errors import InvalidInput, NodeFailed, NotFound, NotReady, PipeserveError, SpecError
 from pipeserve.observability import tracing
 from pipeserve.pipeline.context import request_annotations, request_params
@@ -28,7 +28,7 @@ from pipeserve.pipeline.steps import StepContext, create_step
 from pipeserve.runtimes import RuntimeOptions
 from pipeserve.runtimes.devices import assign_devices
 from pipeserve.runtimes.registry import runtime_class
-from pipeserve.types import Activity, Signature, TensorSpec, numpy_dtype
+from pipeserve.types import Signature, TensorSpec, numpy_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -37,23 +37,19 @@ Node = StepNode | HandlerNode | ModelNode | RemoteModelNode
 NodeObserver = Callable[[str, float, bool], None]
 
 
-#: On a single core, sync work runs on the event loop when no other request is in progress, if it typically
-#: takes no longer than this (a loop blocked longer would delay health checks noticeably).
-IDLE_INLINE_MAX_S = 0.05
-
-
 @dataclass(frozen=True, slots=True)
 class _SyncSegment:
     """Consecutive sync nodes, run in one call: inline when all are light, else in one worker-thread hop.
 
-    ``inline_when_idle``: a thread cannot run beside the loop on a single core, so handing the work over only
-    costs the hop (0.1-0.4 ms measured); when this request is the only one in progress, nothing is waiting
-    for the loop, and the work runs on it. With other requests in progress it goes to the thread as usual.
+    ``on_lane``: a thread cannot run beside the loop on a single core, so handing the work over only costs the
+    hop; the segment runs on the loop instead, when its turn comes on the pipeline's ``CpuLane`` (FIFO, one
+    job at a time, the loop's I/O polled between jobs). Only segments that typically take under
+    ``CpuLane.MAX_JOB_S`` do; longer ones keep the thread, so that the loop keeps answering meanwhile.
     """
 
     nodes: tuple[Node, ...]
     inline: bool
-    inline_when_idle: bool = False
+    on_lane: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +88,9 @@ class Pipeline:
         self._executor: ThreadPoolExecutor | None = None
         self._plans: dict[str, _Plan] = {}
         self.observer: NodeObserver | None = None
-        self._active = 0
-        #: Requests the transport is serving; when set, "idle" means no other request has even arrived.
-        self.activity: Activity | None = None
         self._single_core = available_cores() == 1
+        #: On a single core, CPU-bound work runs on the event loop, one job at a time, through this lane.
+        self._lane = CpuLane()
         self._segment_times: dict[tuple[str, ...], list[float]] = {}
         #: Nodes whose failure the request survives (their consumers get None).
         self._optional = {spec.name for spec in loaded.spec.nodes if spec.optional}
@@ -201,16 +196,18 @@ class Pipeline:
         """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
         for model in self.models:
             model.settle_execution()
-            # On a single core a batch of one, alone in the process, gains nothing from a thread hop either.
-            fastest = model.fastest_run_s
+            # On a single core a batch gains nothing from a thread hop either: it takes its turn on the lane.
+            full = model.full_batch_s
             if (
                 self._single_core
                 and model.queued
                 and model.on_cpu
-                and fastest is not None
-                and fastest <= IDLE_INLINE_MAX_S
+                and model.execution == "auto"
+                and not model.runs_on_loop
+                and full is not None
+                and full <= CpuLane.MAX_JOB_S
             ):
-                model.alone = self._is_alone
+                model.run_on_lane(self._lane)
         self._warming = False
         self._plans = self._build_plans()
 
@@ -227,7 +224,7 @@ class Pipeline:
             if run:
                 segment = _SyncSegment(tuple(run), inline=all(n.runs_inline for n in run))
                 if self._single_core and not segment.inline and not self._warming:
-                    segment = self._idle_inline(segment)
+                    segment = self._lane_segment(segment)
                 segments.append(segment)
                 run.clear()
 
@@ -260,11 +257,11 @@ class Pipeline:
         is_chain = list(sources) == expected and all(k is None for k in keys) and not self._optional & set(order)
         return _Plan(endpoint, order[-1], tuple(segments), sources, keys, is_chain)
 
-    def _idle_inline(self, segment: _SyncSegment) -> _SyncSegment:
+    def _lane_segment(self, segment: _SyncSegment) -> _SyncSegment:
         times = self._segment_times.get(tuple(node.name for node in segment.nodes), [])
-        if not times or statistics.median(times) > IDLE_INLINE_MAX_S:
+        if not times or statistics.median(times) > CpuLane.MAX_JOB_S:
             return segment
-        return _SyncSegment(segment.nodes, inline=False, inline_when_idle=True)
+        return _SyncSegment(segment.nodes, inline=False, on_lane=True)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop the batchers (finishing queued work within ``grace_s``) and release the models."""
@@ -291,7 +288,6 @@ class Pipeline:
         if plan is None:
             raise NotFound(f"pipeline {self.name!r} has no endpoint {endpoint!r} (it has: {', '.join(self._plans)})")
         token = request_params.set(params) if params else None
-        self._active += 1
         try:
             if plan.is_chain:
                 for segment in plan.segments:
@@ -299,7 +295,6 @@ class Pipeline:
                 return value
             return await self._run_dag(plan, value)
         finally:
-            self._active -= 1
             if token is not None:
                 request_params.reset(token)
 
@@ -339,27 +334,17 @@ class Pipeline:
     async def _run_segment(self, segment: _SyncSegment | _AsyncSegment, value: Any) -> Any:
         if isinstance(segment, _AsyncSegment):
             return await self._run_async(segment.node, value)
-        if segment.inline or (segment.inline_when_idle and await self._is_alone_after_yield()):
+        if segment.inline:
             return self._run_sync(segment.nodes, value)
+        if segment.on_lane:
+            async with self._lane:
+                return self._run_sync(segment.nodes, value)
         run = self._run_sync_timed if self._warming else self._run_sync
         if request_params.get() or tracing.enabled():  # worker threads do not inherit context variables
             return await asyncio.get_running_loop().run_in_executor(
                 self._executor, contextvars.copy_context().run, run, segment.nodes, value
             )
         return await asyncio.get_running_loop().run_in_executor(self._executor, run, segment.nodes, value)
-
-    async def _is_alone_after_yield(self) -> bool:
-        if not self._is_alone():
-            return False
-        # Requests that arrived while the loop was busy are ready to run but have not been counted yet; one
-        # loop iteration lets them announce themselves (and reads any socket that is waiting) before we block.
-        await asyncio.sleep(0)
-        return self._is_alone()
-
-    def _is_alone(self) -> bool:
-        if self._active > 1:
-            return False
-        return self.activity is None or self.activity.is_quiet()
 
     def _run_sync_timed(self, nodes: tuple[Node, ...], value: Any) -> Any:
         """``_run_sync``, recording how long the segment took (during warm-up, to decide where it runs)."""
@@ -393,8 +378,8 @@ class Pipeline:
             for segment in plan.segments:
                 if isinstance(segment, _SyncSegment):
                     where = "event loop" if segment.inline else "worker thread"
-                    if segment.inline_when_idle:
-                        where += " (event loop when it is the only request in progress: single core)"
+                    if segment.on_lane:
+                        where = "event loop, one job at a time (single core)"
                     groups.append({"nodes": [n.name for n in segment.nodes], "runs_in": where})
                 else:
                     groups.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})

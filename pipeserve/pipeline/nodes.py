@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pipeserve.batching import Batcher, BatchPolicy
+from pipeserve.batching import Batcher, BatchPolicy, CpuLane
 from pipeserve.batching.batcher import BatchInfo
 from pipeserve.errors import InvalidInput, NotReady, SpecError
 from pipeserve.pipeline.context import request_annotations, request_deadline
@@ -137,8 +137,8 @@ class ModelNode:
         self._locks = [threading.Lock() for _ in self.replicas]
         self._turn = itertools.count()
         self._last_inputs: TensorDict | None = None  # one real input, kept for timing the model after warm-up
-        #: Set on a single core: "this request is the only one in progress", so a batch of one may run on the loop.
-        self.alone: Callable[[], bool] | None = None
+        #: Set on a single core: batches run on the event loop, taking turns on this lane with the other CPU work.
+        self.lane: CpuLane | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -241,6 +241,25 @@ class ModelNode:
             "on the event loop" if self.runs_on_loop else "in a worker thread",
         )
 
+    def run_on_lane(self, lane: CpuLane) -> None:
+        """Run batches on the event loop, each once it is this model's turn on ``lane`` (a single core's CPU work
+        in arrival order); the batch is taken when the turn comes, so the wait for the CPU is the batching window.
+        """
+        if self._batcher is None:
+            raise NotReady(f"model {self.name!r} is not started")
+        self.lane = lane
+        self._batcher.gate = lane
+
+    @property
+    def full_batch_s(self) -> float | None:
+        """The expected run time of a batch of ``max_batch_size`` rows (from the runs seen), or ``None``."""
+        if self._batcher is not None:
+            estimate = self._batcher.latency.estimate(self.policy.max_batch_size)
+            if estimate is not None:
+                return estimate
+        fastest = self.fastest_run_s
+        return None if fastest is None else fastest * self.policy.max_batch_size
+
     def _predict_timed(self, inputs: TensorDict, replica: int) -> TensorDict:
         runtime = self.replicas[replica]
         started = time.perf_counter()
@@ -309,7 +328,7 @@ class ModelNode:
             merged = items[0]
         else:
             merged = {name: np.concatenate([item[name] for item in items]) for name in self._input_names}
-        if self.runs_on_loop or (len(items) == 1 and self.alone is not None and self.alone()):
+        if self.runs_on_loop or self.lane is not None:  # with a lane, the batcher holds it while this runs
             outputs = self._predict_timed(merged, replica)
         else:
             outputs = await asyncio.get_running_loop().run_in_executor(
@@ -329,7 +348,13 @@ class ModelNode:
     def describe(self) -> dict[str, Any]:
         info = {"name": self.name, "kind": "model", "version": self.version, **self.runtime.describe()}
         info["replicas"] = [{"device": replica.options.device} for replica in self.replicas]
-        info["execution"] = "event loop" if self.runs_on_loop else "worker thread"
+        info["execution"] = (
+            "event loop"
+            if self.runs_on_loop
+            else "event loop, one job at a time (single core)"
+            if self.lane is not None
+            else "worker thread"
+        )
         info["batching"] = (
             {
                 "max_batch_size": self.policy.max_batch_size,

@@ -22,7 +22,6 @@ from pipeserve.pipeline.release import check_golden, fingerprint, golden_predict
 from pipeserve.pipeline.remote import RemoteInference
 from pipeserve.pipeline.steps.tensor import lookup_labels
 from pipeserve.service.limits import Admission
-from pipeserve.types import Activity
 
 if TYPE_CHECKING:
     from pipeserve.observability.metrics import Metrics
@@ -72,9 +71,6 @@ class InferenceService:
         self.pipeline = Pipeline.compile(
             loaded, worker_threads=worker_threads, remote=remote, node_remotes=node_remotes
         )
-        #: Transports count their requests here (``with service.activity:``).
-        self.activity = Activity()
-        self.pipeline.activity = self.activity
         self._warmup_runs = warmup_runs
         self._admission = Admission(max_in_flight)
         self._connecting: asyncio.Task[None] | None = None

@@ -37,7 +37,7 @@ from pipeserve.pipeline.release import fingerprint
 from pipeserve.pipeline.spec import BatchingSpec, ModelLoadMeta, NodeSpec
 from pipeserve.runtimes import Runtime, RuntimeOptions
 from pipeserve.service.limits import Admission
-from pipeserve.types import Activity, Signature, TensorDict, numpy_dtype
+from pipeserve.types import Signature, TensorDict, numpy_dtype
 from pipeserve.v2 import RELEASE_PARAMETER
 from pipeserve.v2.datatypes import datatype_of
 from pipeserve.v2.values import decode_value, encode_value
@@ -186,7 +186,6 @@ class ModelService:
         self.warmup_runs = warmup_runs
         self.server_name = server_name
         self.server_version = server_version
-        self.activity = Activity()
         self.started = False
         self._admission = Admission(max_in_flight)
         self._pool = ThreadPoolExecutor(max_workers=worker_threads or default_worker_threads(), thread_name_prefix="v2")

@@ -120,19 +120,25 @@ def test_a_sample_that_fails_keeps_the_server_up_but_not_ready(client_factory: A
     assert client.post("/predict", json={"data": 4}).status_code == 503
 
 
-async def test_single_core_runs_sync_work_on_the_loop_only_when_alone(
+async def test_single_core_runs_sync_work_on_the_loop_one_request_at_a_time_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import asyncio
     import threading
 
     from pipeserve import InferenceService, load_spec
     from pipeserve.pipeline import executor
 
     (tmp_path / "steps.py").write_text(
-        "import threading\ndef predict(data):\n    return threading.current_thread().name\n"
+        "import threading, time\n"
+        "ORDER = []\n"
+        "def predict(data):\n"
+        "    ORDER.append(data)\n"
+        "    time.sleep(0.01)\n"
+        "    return [len(ORDER), threading.current_thread().name]\n"
     )
     (tmp_path / "pipeline.yaml").write_text(
-        "pipeline:\n  name: where\n  sample: {data: 1}\n  nodes:\n"
+        "pipeline:\n  name: where\n  sample: {data: 0}\n  nodes:\n"
         "  - name: where\n    model_load_meta: {handler_module: steps}\n"
     )
     monkeypatch.setattr(executor, "available_cores", lambda: 1)
@@ -140,11 +146,22 @@ async def test_single_core_runs_sync_work_on_the_loop_only_when_alone(
     await service.start()
     try:
         plan = service.pipeline.execution_plan()
-        assert "single core" in plan["predict"][0]["runs_in"]
-        with service.activity:  # the only request: the loop runs it, no hop
-            assert await service.predict(1) == threading.current_thread().name
-        with service.activity, service.activity:  # another request has arrived: the worker thread runs it
-            assert (await service.predict(1)).startswith("pipeline-where")
+        assert "one job at a time" in plan["predict"][0]["runs_in"]
+        ticks = 0
+
+        async def ticker() -> None:  # the loop keeps turning between jobs: health checks would be answered
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        tick_task = asyncio.create_task(ticker())
+        answers = await asyncio.gather(*(service.predict(i) for i in range(1, 9)))
+        tick_task.cancel()
+        assert [thread for _, thread in answers] == [threading.current_thread().name] * 8  # on the loop, no hop
+        positions = [position for position, _ in answers]
+        assert positions == sorted(positions), "the requests ran in arrival order"
+        assert ticks >= 7, f"the loop turned only {ticks} times between 8 jobs"
     finally:
         await service.stop()
 
@@ -164,32 +181,36 @@ async def test_several_cores_always_use_the_worker_thread(tmp_path: Path, monkey
     service = InferenceService(load_spec(tmp_path))
     await service.start()
     try:
-        with service.activity:
-            assert (await service.predict(1)).startswith("pipeline-where")
+        assert (await service.predict(1)).startswith("pipeline-where")
     finally:
         await service.stop()
 
 
-@pytest.mark.parametrize(("cores", "alone_inline"), [(1, True), (2, False)])
-async def test_a_batch_of_one_alone_on_one_core_skips_the_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, alone_inline: bool
+@pytest.mark.parametrize(("cores", "on_lane"), [(1, True), (2, False)])
+async def test_on_one_core_batches_take_their_turn_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, on_lane: bool
 ) -> None:
+    import asyncio
+
     from pipeserve import InferenceService, load_spec
     from pipeserve.pipeline import executor
 
     (tmp_path / "weights.bin").write_bytes(b"\0")
     (tmp_path / "pipeline.yaml").write_text(
         "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
-        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:EchoRuntime', artifact: weights.bin,"
-        " execution: thread}\n    batching: {max_batch_size: 4}\n"
+        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
+        " options: {delay_s: 0.002}}\n    batching: {max_batch_size: 4}\n"
     )
     monkeypatch.setattr(executor, "available_cores", lambda: cores)
     service = InferenceService(load_spec(tmp_path))
     await service.start()
     try:
         model = service.pipeline.models[0]
-        assert (model.alone is not None) is alone_inline
-        with service.activity:
-            assert (await service.predict([[3, 4]])).tolist() == [3.0, 4.0]
+        assert (model.lane is not None) is on_lane
+        assert ("one job at a time" in model.describe()["execution"]) is on_lane
+        answers = await asyncio.gather(*(service.predict([[i, i + 1]]) for i in range(6)))
+        assert [a.tolist() for a in answers] == [[float(i), float(i + 1)] for i in range(6)]
+        assert model.batcher is not None
+        assert (model.batcher.gate is not None) is on_lane
     finally:
         await service.stop()

@@ -2,21 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeserve.types import Activity, Signature, TensorSpec, numpy_dtype
-
-
-def test_activity_is_quiet_only_alone_and_after_a_quiet_spell(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [100.0]
-    monkeypatch.setattr("pipeserve.types.time.monotonic", lambda: now[0])
-    activity = Activity()
-    with activity:
-        assert activity.is_quiet()
-        with activity:  # two requests overlap
-            assert not activity.is_quiet()
-        assert not activity.is_quiet(), "alone again, but the overlap was just now"
-        now[0] += Activity.QUIET_AFTER_S + 0.1
-        assert activity.is_quiet()
-    assert activity.open == 0
+from pipeserve.types import Signature, TensorSpec, numpy_dtype
 
 
 @pytest.mark.parametrize(

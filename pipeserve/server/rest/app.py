@@ -63,7 +63,6 @@ class RestApp:
         for name in service.endpoints:
             if name != DEFAULT_ENDPOINT:
                 self._fast[f"/predict/{name}"] = endpoint(endpoint=name)
-        self._activity = service.activity
         self._api_paths = {getattr(r, "path", None) for r in self.api.routes}
         quiet = settings.log_level in ("warning", "error", "critical")
         self.access_log = AccessLog(fmt=settings.log_format) if settings.access_log and not quiet else None
@@ -101,7 +100,6 @@ class RestApp:
         token = request_id_var.set(request_id)
         annotations: dict[str, Any] = {}
         annotations_token = request_annotations.set(annotations)
-        self._activity.enter()
         method: str = scope["method"]
         path: str = scope["path"]
         endpoint = self._fast.get(path)
@@ -132,7 +130,6 @@ class RestApp:
                 if span is not None:
                     span.set_attribute("http.response.status_code", status)
         finally:
-            self._activity.exit()
             request_id_var.reset(token)
             request_annotations.reset(annotations_token)
             self._record(route, method, status, time.perf_counter() - started, request_id, path, annotations)

@@ -81,10 +81,9 @@ class GrpcInferenceServicer:
         async def call() -> pb.ModelInferResponse:
             inputs = grpc_codec.request_tensors(request)
             timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters))
-            with self.service.activity:
-                entry, outputs = await self.service.infer(
-                    request.model_name, request.model_version, inputs, timeout_s=timeout_s
-                )
+            entry, outputs = await self.service.infer(
+                request.model_name, request.model_version, inputs, timeout_s=timeout_s
+            )
             requested = [out.name for out in request.outputs] or None
             return grpc_codec.build_response(
                 entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}

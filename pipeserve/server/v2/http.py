@@ -78,17 +78,16 @@ class V2HttpApp:
             return
         if scope["type"] != "http":
             return
-        with self.service.activity:
-            try:
-                status, body, headers = await self._route(scope, receive)
-            except _Response as answer:
-                status, body, headers = answer.status, orjson.dumps(answer.body), answer.headers
-            except PipeserveError as exc:
-                status, payload, headers = _error(exc)
-                body = orjson.dumps(payload)
-            except Exception:
-                logger.exception("v2 request %s %s failed", scope.get("method"), scope.get("path"))
-                status, body, headers = 500, orjson.dumps({"error": "internal error (logged on the server)"}), []
+        try:
+            status, body, headers = await self._route(scope, receive)
+        except _Response as answer:
+            status, body, headers = answer.status, orjson.dumps(answer.body), answer.headers
+        except PipeserveError as exc:
+            status, payload, headers = _error(exc)
+            body = orjson.dumps(payload)
+        except Exception:
+            logger.exception("v2 request %s %s failed", scope.get("method"), scope.get("path"))
+            status, body, headers = 500, orjson.dumps({"error": "internal error (logged on the server)"}), []
         content_type = b"application/json"
         if any(name == b"content-type" for name, _ in headers):
             content_type = next(value for name, value in headers if name == b"content-type")
