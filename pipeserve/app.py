@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeserve.config import InferServerSettings, ServerSettings
+from pipeserve.config import InferServerSettings, ServerSettings, WorkerSettings
 from pipeserve.errors import SpecError
+from pipeserve.jobs import JobWorker, RedisJobQueue, WebhookSender
+from pipeserve.jobs.worker import worker_options
 from pipeserve.observability import tracing
 from pipeserve.observability.logging import configure_logging
 from pipeserve.observability.metrics import Metrics
@@ -259,6 +263,66 @@ async def _serve_infer(settings: InferServerSettings) -> None:
         **_uvicorn_options(settings),
     )
     await uvicorn.Server(config).serve()
+
+
+def run_worker(settings: WorkerSettings) -> int:
+    """Run jobs from the Redis queue until SIGINT/SIGTERM; the exit code (1: the pipeline never became ready)."""
+    configure_logging(settings.log_level, settings.log_format)
+    return asyncio.run(_run_worker(settings))
+
+
+async def _run_worker(settings: WorkerSettings) -> int:
+    loaded = load_spec(settings.spec_dir)
+    tracing.configure_tracing(f"pipeserve worker {loaded.spec.name}")
+    service = InferenceService(
+        loaded,
+        warmup_runs=settings.warmup_runs,
+        max_in_flight=settings.max_in_flight,
+        worker_threads=settings.worker_threads,
+    )
+    await service.start()
+    if not service.is_ready:  # never run jobs with a pipeline that failed its golden check
+        logger.error("Pipeline %s is not ready, so this worker takes no jobs: %s", loaded.spec.name, service.reason)
+        await service.stop()
+        return 1
+    name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
+    queue = RedisJobQueue(
+        settings.redis_url,
+        pipeline=loaded.spec.name,
+        release=service.fingerprint or "unknown",
+        result_ttl_s=settings.jobs.result_ttl_s,
+        visibility_timeout_s=settings.jobs.visibility_timeout_s,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await queue.start()
+        worker = JobWorker(
+            service,
+            queue,
+            name=name,
+            options=worker_options(settings.jobs, service),
+            webhooks=WebhookSender(attempts=settings.jobs.webhook_attempts),
+        )
+        await worker.start()
+        logger.info(
+            "Worker %s: running %s jobs from %s (stream %s, %d at a time)",
+            name,
+            loaded.spec.name,
+            queue.location,
+            queue.stream,
+            worker.options.concurrency,
+        )
+        await stop.wait()
+        logger.info("Worker %s stopping: finishing the jobs in progress", name)
+        await worker.stop(settings.graceful_timeout_s)
+    finally:
+        await queue.stop()
+        await service.stop(settings.graceful_timeout_s)
+        tracing.shutdown_tracing()
+    return 0
 
 
 def _version() -> str:

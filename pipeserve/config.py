@@ -47,6 +47,24 @@ class _ProcessSettings(BaseSettings):
         return value.lower() if isinstance(value, str) else value
 
 
+class JobSettings(BaseSettings):
+    """The asynchronous job API and its workers (``PIPESERVE_JOB_<NAME>``)."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True, env_prefix="PIPESERVE_JOB_")
+
+    max_queued: int = Field(default=10_000, ge=1, description="Jobs waiting or running; more get 503 + Retry-After.")
+    result_ttl_s: float = Field(default=86_400.0, gt=0, description="How long a finished job's result is kept.")
+    concurrency: int | None = Field(
+        default=None, ge=1, le=4096, description="Jobs a worker runs at once; default: twice the largest batch."
+    )
+    max_attempts: int = Field(default=3, ge=1, le=100, description="Runs of a failing job before the dead letters.")
+    visibility_timeout_s: float = Field(
+        default=60.0, gt=0, description="A job pending this long on a silent worker is received by another."
+    )
+    timeout_s: float = Field(default=300.0, gt=0, description="A job's deadline once a worker starts it.")
+    webhook_attempts: int = Field(default=5, ge=1, le=50, description="Sends of a webhook before giving up.")
+
+
 class ServerSettings(_ProcessSettings):
     """How one pipeserve server runs.
 
@@ -94,6 +112,12 @@ class ServerSettings(_ProcessSettings):
     infer_start_timeout_s: float = Field(
         default=60.0, gt=0, description="How long startup waits for an inference endpoint serving our release."
     )
+    redis_url: str | None = Field(
+        default=None,
+        description="The job queue on Redis (redis://host:6379/0): POST /jobs enqueues there and `pipeserve worker` "
+        "processes run the jobs. Unset: an in-process queue and worker (single machine only).",
+    )
+    jobs: JobSettings = Field(default_factory=lambda: JobSettings())
 
     @property
     def remote_urls(self) -> dict[str, list[str]]:
@@ -108,6 +132,27 @@ class ServerSettings(_ProcessSettings):
     @property
     def infer_urls(self) -> list[str]:
         return [url.strip() for url in (self.infer or "").split(",") if url.strip()]
+
+    @field_validator("spec_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+
+class WorkerSettings(_ProcessSettings):
+    """How one job worker runs (``pipeserve worker``).
+
+    Example:
+        >>> WorkerSettings(spec_dir=Path("examples/iris"), redis_url="redis://127.0.0.1:6379/0").jobs.max_attempts
+        3
+    """
+
+    spec_dir: Path = Field(default=Path("."))
+    redis_url: str = Field(description="The job queue (redis://host:6379/0).")
+    name: str | None = Field(default=None, description="This worker's consumer name; default: host-pid.")
+    warmup_runs: int = Field(default=5, ge=0, le=1000)
+    max_in_flight: int = Field(default=4096, ge=1)
+    jobs: JobSettings = Field(default_factory=lambda: JobSettings())
 
     @field_validator("spec_dir")
     @classmethod

@@ -14,12 +14,13 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from pipeserve.cli._errors import CheckFailed, SpecInvalid
 from pipeserve.config import InferServerSettings, ServerSettings
 from pipeserve.errors import SpecError
 
-S = TypeVar("S", ServerSettings, InferServerSettings)
+S = TypeVar("S", bound=BaseSettings)
 
 SPEC_DIR = click.argument("spec_dir", type=click.Path(exists=True, path_type=Path))
 
@@ -72,6 +73,13 @@ def cli() -> None:
     default=None,
     help="Gateway: where remote nodes are served, overriding the spec's remote.url: "
     "'NODE=URL[,URL];NODE=URL' [env PIPESERVE_REMOTE].",
+)
+@click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    help="Put POST /jobs on this Redis queue (redis://HOST:6379/0), for `pipeserve worker` processes to run; "
+    "without it, jobs run in this process [env PIPESERVE_REDIS_URL].",
 )
 def serve(spec_dir: Path, **options: Any) -> None:
     """Serve the pipeline in SPEC_DIR over REST (the web-single pattern)."""
@@ -153,6 +161,42 @@ def _metrics_shared_by_workers(workers: int) -> Iterator[None]:
         yield
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@cli.command()
+@SPEC_DIR
+@click.option(
+    "--redis", "redis_url", default=None, help="The job queue: redis://HOST:6379/0 [env PIPESERVE_REDIS_URL]."
+)
+@click.option("--concurrency", type=click.IntRange(1, 4096), default=None, help="Jobs at once [2x the largest batch].")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None, help="Runs before the dead letters [3].")
+@click.option("--visibility-timeout", type=float, default=None, help="Seconds before a silent worker's jobs move [60].")
+@click.option("--name", default=None, help="This worker's consumer name [host-pid].")
+@click.option("--log-level", default=None, help="critical|error|warning|info|debug [env LOGLEVEL; default info].")
+@click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
+def worker(spec_dir: Path, **options: Any) -> None:
+    """Run jobs submitted to POST /jobs (by `pipeserve serve SPEC_DIR --redis URL`) from the Redis queue.
+
+    Start any number, on any number of machines; each takes jobs of the release it was built from.
+    """
+    from pipeserve.config import JobSettings, WorkerSettings
+
+    job_options = {
+        "concurrency": options.pop("concurrency"),
+        "max_attempts": options.pop("max_attempts"),
+        "visibility_timeout_s": options.pop("visibility_timeout"),
+    }
+    if options.get("redis_url") is None and not os.environ.get("PIPESERVE_REDIS_URL"):
+        raise click.UsageError("a worker needs the queue: --redis redis://HOST:6379/0 (or PIPESERVE_REDIS_URL)")
+    jobs = _settings(JobSettings, **job_options)
+    settings = _settings(WorkerSettings, spec_dir=spec_dir, jobs=jobs, **options)
+    from pipeserve.app import run_worker
+
+    try:
+        code = run_worker(settings)
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+    raise SystemExit(code)
 
 
 @cli.command()

@@ -7,6 +7,7 @@ import binascii
 from typing import Any
 
 import numpy as np
+import orjson
 
 from pipeserve.errors import InvalidInput
 from pipeserve.pipeline.spec import InputSpec
@@ -160,6 +161,20 @@ def squeeze_single(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: squeeze_single(item) for key, item in value.items()}
     return value
+
+
+def _fallback(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def dump_json(value: Any) -> bytes:
+    """Encode a prediction (NumPy arrays included) as every transport answers it: ``/predict``, the job queue and
+    the offline scorer write the same bytes for the same output (float32 as float32, not widened)."""
+    return orjson.dumps(value, default=_fallback, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
 def to_jsonable(value: Any) -> Any:

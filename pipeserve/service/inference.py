@@ -239,6 +239,15 @@ class InferenceService:
             raise NotReady(self.reason)
         return self._label_of(await self._run(data, timeout_s=timeout_s))
 
+    def check_input(self, data: Any) -> None:
+        """Check ``data`` as ``predict`` would before running anything (shape, types, base64), so that a job with
+        bad input is refused when it is submitted rather than failing later.
+
+        Raises:
+            InvalidInput: saying what was wrong and what is expected.
+        """
+        decode_data(self.spec.input, data)
+
     @property
     def has_batching(self) -> bool:
         """Some model of this pipeline queues requests into batches."""

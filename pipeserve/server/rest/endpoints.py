@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-import numpy as np
 import orjson
 from starlette.datastructures import Headers as StarletteHeaders
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from pipeserve.errors import InvalidInput, PayloadTooLarge
+from pipeserve.pipeline.codec import dump_json
 from pipeserve.pipeline.context import request_annotations
 from pipeserve.pipeline.graph import DEFAULT_ENDPOINT
 from pipeserve.server.rest.errors import Headers
@@ -64,6 +63,11 @@ def parse_data(body: bytes) -> Any:
     Raises:
         InvalidInput: the body is empty, not JSON, not an object, or has no ``data``.
     """
+    return parse_document(body)["data"]
+
+
+def parse_document(body: bytes) -> dict[str, Any]:
+    """A JSON body ``{"data": ..., ...}`` as a dict (``data`` checked present); errors as ``parse_data``."""
     if not body:
         raise InvalidInput("the request body is empty", expected=JSON_BODY_EXPECTED)
     try:
@@ -76,20 +80,7 @@ def parse_data(body: bytes) -> Any:
     if "data" not in document:
         keys = ", ".join(sorted(document)) or "none"
         raise InvalidInput(f"the body has no 'data' field (fields: {keys})", expected=JSON_BODY_EXPECTED)
-    return document["data"]
-
-
-def _fallback(value: Any) -> Any:
-    if isinstance(value, np.ndarray | np.generic):
-        return value.tolist()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def dump_json(value: Any) -> bytes:
-    """Encode a response, NumPy arrays included."""
-    return orjson.dumps(value, default=_fallback, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    return document
 
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
@@ -134,7 +125,9 @@ class PredictEndpoint:
                 timeout = value
         body = await read_body(scope, receive, self._limit, content_length)
         if content_type is not None and content_type.startswith(b"multipart/form-data"):
-            data = await self._upload(scope, body)
+            if not self._accepts_uploads:
+                raise InvalidInput("this pipeline does not take file uploads", expected=JSON_BODY_EXPECTED)
+            data, _ = await parse_upload(scope, body)
         else:
             data = parse_data(body)
         timeout_s = _timeout_s(timeout) if timeout is not None else self._default_timeout_s
@@ -150,17 +143,22 @@ class PredictEndpoint:
             return 200, dump_json({"prediction": result, "skipped": annotations["skipped"]}), []
         return 200, dump_json({"prediction": result}), []
 
-    async def _upload(self, scope: MutableMapping[str, Any], body: bytes) -> bytes:
-        if not self._accepts_uploads:
-            raise InvalidInput("this pipeline does not take file uploads", expected=JSON_BODY_EXPECTED)
 
-        async def stream() -> AsyncGenerator[bytes, None]:
-            yield body
+async def parse_upload(scope: MutableMapping[str, Any], body: bytes) -> tuple[bytes, dict[str, str]]:
+    """A multipart upload's file (the ``image`` field, else the first file) and its text fields.
 
-        try:
-            form = await MultiPartParser(StarletteHeaders(scope=scope), stream(), max_files=4, max_fields=16).parse()
-        except MultiPartException as exc:
-            raise InvalidInput(f"the multipart body is malformed: {exc.message}", expected=UPLOAD_EXPECTED) from None
+    Raises:
+        InvalidInput: the body is malformed or holds no file.
+    """
+
+    async def stream() -> AsyncGenerator[bytes, None]:
+        yield body
+
+    try:
+        form = await MultiPartParser(StarletteHeaders(scope=scope), stream(), max_files=4, max_fields=16).parse()
+    except MultiPartException as exc:
+        raise InvalidInput(f"the multipart body is malformed: {exc.message}", expected=UPLOAD_EXPECTED) from None
+    try:
         upload = form.get("image")
         if upload is None:
             upload = next((value for _, value in form.multi_items() if isinstance(value, UploadFile)), None)
@@ -169,10 +167,10 @@ class PredictEndpoint:
             raise InvalidInput(
                 f"the upload has no file in an 'image' field (fields: {fields})", expected=UPLOAD_EXPECTED
             )
-        try:
-            return await upload.read()
-        finally:
-            await form.close()
+        texts = {key: value for key, value in form.multi_items() if isinstance(value, str)}
+        return await upload.read(), texts
+    finally:
+        await form.close()
 
 
 UPLOAD_EXPECTED = "a multipart/form-data upload with the image file in an 'image' field (curl -F image=@cat.jpg)"

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from pipeserve.errors import PipeserveError
 from pipeserve.observability.context import request_id_var
 from pipeserve.observability.metrics import CONTENT_TYPE_LATEST, Metrics
-from pipeserve.server.rest.endpoints import dump_json
+from pipeserve.pipeline.codec import dump_json
 from pipeserve.server.rest.errors import error_body, map_exception
 from pipeserve.server.rest.schemas import (
     ErrorResponse,

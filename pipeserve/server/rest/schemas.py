@@ -46,3 +46,23 @@ class ReadyResponse(BaseModel):
     state: str
     reason: str
     fingerprint: str | None = None
+
+
+class JobAccepted(BaseModel):
+    id: str = Field(description="The job's id: 32 hex digits.")
+    status: str = Field(description="queued")
+    url: str = Field(description="Where to poll the job: GET this URL.")
+
+
+class JobStatus(BaseModel):
+    id: str
+    status: str = Field(description="queued | running | done | failed")
+    submitted_at: float = Field(description="Unix time.")
+    attempts: int = Field(description="Runs started so far (a failing job is retried, then dead-lettered).")
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: Any = Field(default=None, description="When done: what /predict would have answered as `prediction`.")
+    error: str | None = Field(default=None, description="When failed: why.")
+    error_kind: str | None = Field(
+        default=None, description="invalid_input (the request is wrong; retrying cannot help) | gave_up"
+    )

@@ -1,0 +1,1 @@
+"""Offline batch scoring: a file, a folder or a dataset through the same pipeline, resumable."""
