@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -80,3 +81,68 @@ def cat_jpeg(imagenet_dir: Path) -> bytes:
 
 def python_executable() -> str:
     return sys.executable
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis: the one at 127.0.0.1:6379 when it answers (database 15, keys per test), else a private
+    ``redis-server`` started on a free port. No Redis at all is a failure, not a skip."""
+    import subprocess
+    import time
+
+    import redis
+
+    try:
+        redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pass
+    else:
+        yield "redis://127.0.0.1:6379/15"
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "no Redis answers at 127.0.0.1:6379 and there is no redis-server to start (apt install redis-server)"
+        )
+    port = _free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Histogram
 
 from pipeserve.config import ServerSettings
 from pipeserve.errors import NotReady, PipeserveError
-from pipeserve.jobs import JobQueue, JobWorker, MemoryJobQueue, RedisJobQueue
+from pipeserve.jobs import JobQueue, JobWorker, MemoryJobQueue, RedisJobQueue, WebhookSender
 from pipeserve.jobs.worker import worker_options
 from pipeserve.observability import tracing
 from pipeserve.observability.access import AccessLog
@@ -126,7 +126,11 @@ class RestApp:
         await queue.start()
         self.jobs = queue
         self.job_worker = JobWorker(
-            self.service, queue, name="embedded", options=worker_options(jobs, self.service), webhooks=None
+            self.service,
+            queue,
+            name="embedded",
+            options=worker_options(jobs, self.service),
+            webhooks=WebhookSender(attempts=jobs.webhook_attempts),
         )
         await self.job_worker.start()
 
