@@ -156,7 +156,7 @@ class _Hooks:
         hooks = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 hooks.attempts += 1
                 if hooks.attempts <= hooks.failures:
