@@ -27,12 +27,14 @@ DEFAULT_RESULT_TTL_S = 24 * 3600.0
 class Delivery:
     """One job handed to a worker: run it, finish it, then ``ack`` it; until the ack it may be delivered again.
 
-    ``request`` is ``None`` when the job's record is gone (expired): there is nothing left to run.
+    ``request`` is ``None`` when the job's record is gone (expired): there is nothing left to run. ``redelivered``:
+    its previous worker went silent (died) with it in progress; it may be what killed that worker.
     """
 
     job_id: str
     entry_id: str
     request: JobRequest | None
+    redelivered: bool = False
 
 
 class JobQueue(Protocol):
@@ -299,12 +301,12 @@ class MemoryJobQueue:
         for entry in stale[:count]:
             job_id = self._pending[entry][0]
             self._pending[entry] = (job_id, consumer, now)
-            deliveries.append(self._delivery(entry, job_id))
+            deliveries.append(self._delivery(entry, job_id, redelivered=True))
         return deliveries
 
-    def _delivery(self, entry: str, job_id: str) -> Delivery:
+    def _delivery(self, entry: str, job_id: str, *, redelivered: bool = False) -> Delivery:
         fields = self._records.get(job_id)
-        return Delivery(job_id, entry, fields["request"] if fields is not None else None)
+        return Delivery(job_id, entry, fields["request"] if fields is not None else None, redelivered)
 
     def _record(self, job_id: str) -> JobRecord:
         fields: Mapping[str, Any] = self._records[job_id]

@@ -263,6 +263,7 @@ class RedisJobQueue:
 
     async def receive(self, consumer: str, count: int, block_s: float) -> list[Delivery]:
         entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        reclaimed = 0
         now = time.monotonic()
         if now - self._last_reclaim >= min(5.0, self.visibility_timeout_s / 4):
             self._last_reclaim = now
@@ -272,6 +273,7 @@ class RedisJobQueue:
                 )
             )
             entries.extend((entry, fields) for entry, fields in claimed[1] if fields)
+            reclaimed = len(entries)
             if entries:
                 logger.warning("Reclaimed %d job(s) left pending by a worker that went away", len(entries))
         if len(entries) < count:
@@ -291,8 +293,8 @@ class RedisJobQueue:
             pipe.hget(self._key(job_id), "request")
         requests = await self._call(pipe.execute)
         return [
-            Delivery(job_id, entry.decode(), JobRequest.decode(raw) if raw else None)
-            for (entry, _), job_id, raw in zip(entries, ids, requests, strict=True)
+            Delivery(job_id, entry.decode(), JobRequest.decode(raw) if raw else None, redelivered=i < reclaimed)
+            for i, ((entry, _), job_id, raw) in enumerate(zip(entries, ids, requests, strict=True))
         ]
 
     async def begin(self, delivery: Delivery, consumer: str) -> int | None:

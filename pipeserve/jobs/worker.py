@@ -145,26 +145,48 @@ class JobWorker:
     async def _run(self) -> None:
         last_report = time.monotonic()
         while not self._stopping:
-            if not self.service.is_ready:  # loading, or failed its golden check: leave the jobs to others
-                await asyncio.sleep(min(1.0, self.options.block_s))
-                continue
-            free = self.options.concurrency - len(self._in_flight)
-            if free <= 0:
-                await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
-                continue
             try:
-                deliveries = await self.queue.receive(self.name, free, self.options.block_s)
+                await self._step()
             except PipeserveError as exc:  # the queue is unreachable: say so, wait, try again
                 logger.error("Worker %s cannot receive jobs: %s", self.name, exc)
                 await asyncio.sleep(min(5.0, self.options.block_s * 2))
-                continue
-            for delivery in deliveries:
-                task = asyncio.create_task(self._process(delivery), name=f"job-{delivery.job_id}")
-                self._in_flight[task] = delivery
-                task.add_done_callback(self._done)
+            except Exception:
+                logger.exception("Worker %s: unexpected error while taking jobs", self.name)
+                await asyncio.sleep(1.0)
             if time.monotonic() - last_report >= self.options.report_every_s:
                 last_report = time.monotonic()
                 self._log_progress()
+
+    async def _step(self) -> None:
+        if not self.service.is_ready:  # loading, or failed its golden check: leave the jobs to others
+            await asyncio.sleep(min(1.0, self.options.block_s))
+            return
+        free = self.options.concurrency - len(self._in_flight)
+        if free <= 0:
+            await asyncio.wait(list(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+            return
+        deliveries = await self.queue.receive(self.name, free, self.options.block_s)
+        suspects = [delivery for delivery in deliveries if delivery.redelivered]
+        if suspects:
+            await self._run_alone(suspects)
+        for delivery in deliveries:
+            if not delivery.redelivered:
+                self._spawn(delivery)
+
+    def _spawn(self, delivery: Delivery) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._process(delivery), name=f"job-{delivery.job_id}")
+        self._in_flight[task] = delivery
+        task.add_done_callback(self._done)
+        return task
+
+    async def _run_alone(self, suspects: list[Delivery]) -> None:
+        """Jobs whose worker died with them in progress run one at a time, with nothing else in progress: if one
+        of them is what killed it, it takes down no other job with it (which would count an attempt against
+        innocent jobs and could dead-letter them)."""
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        for delivery in suspects:
+            await asyncio.gather(self._spawn(delivery), return_exceptions=True)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipeserve.config import JobSettings
+from tests.webhooks import HookReceiver
 
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 
@@ -146,48 +144,14 @@ def test_a_full_queue_answers_503_with_retry_after(client_factory: Any, flaky_sp
     assert client.post("/predict", json={"data": "fine"}).status_code == 200, "real-time traffic is unaffected"
 
 
-class _Hooks:
-    """A webhook receiver: answers 503 to the first ``failures`` posts, then 200; records what it got."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.received: list[tuple[str, dict[str, Any]]] = []
-        self.attempts = 0
-        hooks = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                hooks.attempts += 1
-                if hooks.attempts <= hooks.failures:
-                    self.send_response(503)
-                else:
-                    hooks.received.append((self.headers["x-pipeserve-job-id"], json.loads(body)))
-                    self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def hooks() -> Iterator[_Hooks]:
-    receiver = _Hooks(failures=2)
+def hooks() -> Iterator[HookReceiver]:
+    receiver = HookReceiver(failures=2)
     yield receiver
     receiver.close()
 
 
-def test_the_finished_job_is_posted_to_its_callback_once_after_retries(iris_client: Any, hooks: _Hooks) -> None:
+def test_the_finished_job_is_posted_to_its_callback_once_after_retries(iris_client: Any, hooks: HookReceiver) -> None:
     job = iris_client.post("/jobs/label", json={"data": ROW, "callback_url": hooks.url}).json()
     assert iris_client.get(f"/jobs/{job['id']}?wait=10").json()["status"] == "done"
     deadline = time.monotonic() + 15
@@ -202,7 +166,7 @@ def test_the_finished_job_is_posted_to_its_callback_once_after_retries(iris_clie
 
 
 def test_the_callback_header_works_for_uploads_too(
-    client_factory: Any, imagenet_dir: Path, cat_jpeg: bytes, hooks: _Hooks
+    client_factory: Any, imagenet_dir: Path, cat_jpeg: bytes, hooks: HookReceiver
 ) -> None:
     hooks.failures = 0
     client = client_factory(imagenet_dir)
