@@ -122,7 +122,7 @@ def test_500_jobs_survive_a_worker_killed_midway(iris_dir: Path, redis_url: str,
             assert client.get(f"/jobs/{ids[0]}").json()["status"] == "queued"
 
             def finished() -> int:
-                return sum(client.get(f"/jobs/{job}").json()["status"] == "done" for job in ids[::10]) * 10
+                return 10 * sum(int(client.get(f"/jobs/{job}").json()["status"] == "done") for job in ids[::10])
 
             with workers(spec, redis_url, tmp_path, 2, env) as (victim, survivor):
                 while finished() < 100:  # let both workers get going, then kill one in the middle of its jobs
@@ -215,7 +215,7 @@ def test_poison_jobs_reach_the_dead_letter_stream(iris_dir: Path, redis_url: str
             else:
                 assert "pipeline node 'after' failed (ValueError)" in failed["error"]
             assert client.get(f"/jobs/{good}?wait=20").json()["status"] == "done"
-        dead = redis.Redis.from_url(redis_url).xrange(f"pipeserve:{{{pipeline}}}:dead")
+        dead: Any = redis.Redis.from_url(redis_url).xrange(f"pipeserve:{{{pipeline}}}:dead")
         assert [fields[b"id"].decode() for _, fields in dead] == [poison]
     finally:
         _cleanup(redis_url, pipeline)
