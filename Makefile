@@ -13,7 +13,7 @@ IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
-.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split bench-gateway peers proto clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split bench-gateway bench-jobs peers proto redis clean
 
 all: install examples
 
@@ -60,8 +60,13 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# The queue tests need a redis-server: the one on 127.0.0.1:6379, or one they start (installed here if missing).
+redis:
+	@command -v redis-server >/dev/null || redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || \
+		(apt-get install -y -q redis-server >/dev/null || sudo apt-get install -y -q redis-server >/dev/null)
+
 # The whole suite, slow tests included (CI runs this); `make test-fast` skips the slow ones.
-test: install examples lint typecheck
+test: install examples redis lint typecheck
 	$(VENV)/bin/pytest -m "not gpu" --cov --cov-report=term:skip-covered --cov-fail-under=85 $(PYTEST_ARGS)
 
 test-fast: install examples
@@ -88,6 +93,10 @@ bench-split: install examples
 bench-gateway: install examples
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.gateway $(BENCH_ARGS)
+
+# Queue and offline benchmark: pipeserve batch and jobs through 1-2 workers on Redis vs the in-process limit.
+bench-jobs: install examples redis
+	$(PY) -m bench.jobs $(BENCH_ARGS)
 
 # Regenerate the gRPC messages from pipeserve/v2/_proto/inference.proto.
 proto: install

@@ -36,9 +36,14 @@ def labels() -> list[str]:
 
 def preprocess_image(encoded: str) -> np.ndarray[Any, Any]:
     """base64 JPEG -> NCHW float32, as DESIGN.md specifies (the seed's preprocessing)."""
+    return preprocess_bytes(base64.b64decode(encoded))
+
+
+def preprocess_bytes(encoded: bytes) -> np.ndarray[Any, Any]:
+    """JPEG bytes -> NCHW float32: RGB, short side 256 (bicubic), centre crop 224, (x - 127) / 128."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB")
+    image = Image.open(io.BytesIO(encoded)).convert("RGB")
     width, height = image.size
     scale = 256 / min(width, height)
     image = image.resize((round(width * scale), round(height * scale)), Image.Resampling.BICUBIC)

@@ -201,6 +201,78 @@ def worker(spec_dir: Path, **options: Any) -> None:
 
 @cli.command()
 @SPEC_DIR
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="A folder of images, or a .csv, .jsonl or .parquet file.",
+)
+@click.option("--output", required=True, type=click.Path(path_type=Path), help="Results, one JSON line per record.")
+@click.option("--errors", type=click.Path(path_type=Path), default=None, help="Failed records [OUTPUT.errors.jsonl].")
+@click.option("--workers", type=click.IntRange(1, 256), default=None, help="Scoring processes [one per core].")
+@click.option("--chunk-size", type=click.IntRange(1, 100_000), default=32, show_default=True)
+@click.option("--endpoint", default="predict", show_default=True, help="predict, label, or an endpoint of the spec.")
+@click.option("--param", "params", multiple=True, help="A step parameter, as a query would pass it: k=5.")
+@click.option("--columns", default=None, help="Tables: the comma-separated columns of a tensor row [all].")
+@click.option("--id-column", default=None, help="Tables and JSONL: the column or field that keys a record [row].")
+@click.option("--image-column", default=None, help="Tables, image pipelines: the column of image file paths.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", default=None, help="A Ray cluster (ray://HOST:10001 or auto) [a local Ray].")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def batch(spec_dir: Path, input_path: Path, output: Path, **options: Any) -> None:
+    """Score a folder of images or a CSV, JSONL or Parquet file with SPEC_DIR's pipeline, offline.
+
+    Resumable: a rerun of the same command skips every record already in the output or the errors file.
+    """
+    from pipeserve.observability.logging import configure_logging
+    from pipeserve.offline.io import InputOptions
+    from pipeserve.offline.scorer import ScoreOptions, ScoringFailed, score
+
+    configure_logging("warning", "text")
+    params = {}
+    for item in options["params"]:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--param")
+        params[name] = value
+    endpoint = options["endpoint"]
+    columns = tuple(c.strip() for c in options["columns"].split(",") if c.strip()) if options["columns"] else None
+    try:
+        report = score(
+            ScoreOptions(
+                spec_dir=spec_dir,
+                input=input_path,
+                output=output,
+                errors=options["errors"],
+                workers=options["workers"],
+                chunk_size=options["chunk_size"],
+                endpoint="predict" if endpoint == "label" else endpoint,
+                label=endpoint == "label",
+                params=params,
+                input_options=InputOptions(columns, options["id_column"], options["image_column"]),
+                progress=not options["no_progress"],
+                engine=options["engine"],
+                ray_address=options["ray_address"],
+            )
+        )
+    except SpecError as exc:
+        raise SpecInvalid(str(exc)) from exc
+    except ScoringFailed as exc:
+        raise CheckFailed(str(exc)) from exc
+    if options["as_json"]:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        click.echo(
+            f"scored {report.scored} records ({report.failed} failed, {report.skipped} already done) in "
+            f"{report.seconds:.1f}s ({report.startup_s:.1f}s loading): {report.records_per_s:.1f} records/s\n"
+            f"results: {report.output}\nerrors:  {report.errors}"
+        )
+
+
+@cli.command()
+@SPEC_DIR
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check(spec_dir: Path, as_json: bool) -> None:
     """Validate SPEC_DIR, load its models, warm up and run the golden check, without serving."""

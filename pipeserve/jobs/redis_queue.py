@@ -2,10 +2,11 @@
 
 Keys (``P`` = ``pipeserve:{PIPELINE}``; the braces make every key of a pipeline one Redis Cluster hash slot):
 
-- ``P:jobs:RELEASE`` — the stream of job ids, one per release fingerprint, read by the group ``workers``. A
+- ``P:jobs:RELEASE`` — the stream of jobs (id and request), one per release fingerprint, read by the group
+  ``workers``. A
   worker only ever reads its own release's stream, so a job is never run by another release's preprocessing or
   model (a rolling update drains the old stream with the old workers).
-- ``P:job:ID`` — the job's hash: state, request, attempts, result or error; expires ``result_ttl_s`` after it
+- ``P:job:ID`` — the job's hash: state, attempts, result or error, callback; expires ``result_ttl_s`` after it
   finished (or after submission, if it never does).
 - ``P:dead`` — the dead-letter stream: jobs that failed ``max_attempts`` times, with their last error.
 - ``P:done`` — a pub/sub channel announcing finished job ids (for ``GET /jobs/ID?wait=S``).
@@ -36,10 +37,10 @@ GROUP = "workers"
 _SUBMIT = """
 local backlog = redis.call('XLEN', KEYS[1])
 if tonumber(ARGV[1]) > 0 and backlog >= tonumber(ARGV[1]) then return -1 end
-redis.call('HSET', KEYS[2], 'state', 'queued', 'request', ARGV[2], 'submitted_at', ARGV[3], 'release', ARGV[4],
-           'attempts', 0, 'callback_url', ARGV[6])
+redis.call('HSET', KEYS[2], 'state', 'queued', 'submitted_at', ARGV[3], 'release', ARGV[4], 'attempts', 0,
+           'callback_url', ARGV[6])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('XADD', KEYS[1], '*', 'id', ARGV[7])
+redis.call('XADD', KEYS[1], '*', 'id', ARGV[7], 'request', ARGV[2])
 return backlog + 1
 """
 
@@ -73,7 +74,7 @@ _RETRY = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state or state == 'done' or state == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'last_error', ARGV[1])
-redis.call('XADD', KEYS[2], '*', 'id', ARGV[2])
+redis.call('XADD', KEYS[2], '*', 'id', ARGV[2], 'request', ARGV[3])
 return 1
 """
 
@@ -285,16 +286,14 @@ class RedisJobQueue:
             )
             for _, stream_entries in read or []:
                 entries.extend(stream_entries)
-        if not entries:
-            return []
-        ids = [fields[b"id"].decode() for _, fields in entries]
-        pipe = self._redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(self._key(job_id), "request")
-        requests = await self._call(pipe.execute)
         return [
-            Delivery(job_id, entry.decode(), JobRequest.decode(raw) if raw else None, redelivered=i < reclaimed)
-            for i, ((entry, _), job_id, raw) in enumerate(zip(entries, ids, requests, strict=True))
+            Delivery(
+                fields[b"id"].decode(),
+                entry.decode(),
+                JobRequest.decode(fields[b"request"]) if fields.get(b"request") else None,
+                redelivered=i < reclaimed,
+            )
+            for i, (entry, fields) in enumerate(entries)
         ]
 
     async def begin(self, delivery: Delivery, consumer: str) -> int | None:
@@ -344,7 +343,8 @@ class RedisJobQueue:
     async def retry(self, delivery: Delivery, error: str) -> None:
         await self._call(
             lambda: self._scripts["retry"](
-                keys=[self._key(delivery.job_id), self.stream], args=[error, delivery.job_id]
+                keys=[self._key(delivery.job_id), self.stream],
+                args=[error, delivery.job_id, delivery.request.encode() if delivery.request else b""],
             )
         )
 

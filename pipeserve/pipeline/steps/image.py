@@ -47,8 +47,9 @@ class Decode(Step):
             raise
         except (OSError, SyntaxError, ValueError, image_mod.DecompressionBombError) as exc:
             head = bytes(value[:8]).hex()
+            reason = "not a known image format" if isinstance(exc, image_mod.UnidentifiedImageError) else str(exc)
             raise InvalidInput(
-                f"data is not a decodable image ({len(value)} bytes starting {head}: {exc})", expected=_IMAGE_FORMATS
+                f"data is not a decodable image ({len(value)} bytes starting {head}: {reason})", expected=_IMAGE_FORMATS
             ) from exc
 
 
