@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import csv
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -107,8 +107,20 @@ def test_jsonl_bodies_and_labels_through_the_cli(imagenet_dir: Path, cat_jpeg: b
     output = tmp_path / "out.jsonl"
     result = CliRunner().invoke(
         cli,
-        ["batch", str(imagenet_dir), "--input", str(source), "--output", str(output), "--endpoint", "label"]
-        + ["--no-progress", "--json", "--workers", "1"],
+        [
+            "batch",
+            str(imagenet_dir),
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+            "--endpoint",
+            "label",
+            "--no-progress",
+            "--json",
+            "--workers",
+            "1",
+        ],
     )
     assert result.exit_code == 0, result.output
     report = orjson.loads(result.output)
@@ -151,7 +163,7 @@ def test_a_worker_that_dies_stops_the_run_and_keeps_what_was_written(tmp_path: P
     source = tmp_path / "in.jsonl"
     source.write_text("".join(f'{{"data": "{"crash" if i == 40 else i}"}}\n' for i in range(50)))
     options = ScoreOptions(spec, source, tmp_path / "out.jsonl", workers=1, chunk_size=8, progress=False)
-    with pytest.raises(ScoringFailed, match="died .*run the same command again to resume"):
+    with pytest.raises(ScoringFailed, match=r"died .*run the same command again to resume"):
         score(options)
     kept = [orjson.loads(line)["key"] for line in _lines(options.output)]
     assert kept == [str(i) for i in range(1, len(kept) + 1)]
