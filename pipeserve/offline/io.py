@@ -119,7 +119,7 @@ def load_image(record: Record) -> Record:
 def _image_files(folder: Path) -> Iterator[Path]:
     """Every non-hidden file under ``folder``, sorted by its path in it (a stray non-image is reported, not
     silently skipped)."""
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(Path(root) / name for name in files if not name.startswith("."))
