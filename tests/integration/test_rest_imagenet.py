@@ -43,7 +43,7 @@ def test_other_real_photos_and_formats(imagenet_client: TestClient) -> None:
     import skimage.data
 
     buffer = io.BytesIO()
-    Image.fromarray(skimage.data.coffee()).save(buffer, format="PNG")  # type: ignore[no-untyped-call]
+    Image.fromarray(skimage.data.coffee()).save(buffer, format="PNG")
     body = {"data": base64.b64encode(buffer.getvalue()).decode()}
     label = imagenet_client.post("/predict/label", json=body).json()["prediction"]
     assert label in {"espresso", "cup", "coffee mug", "eggnog", "consomme"}, label
