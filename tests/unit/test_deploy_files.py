@@ -316,7 +316,7 @@ def cli_help(subcommand: str) -> str:
 
 def assert_options_exist(argv: list[str]) -> None:
     assert argv[0] == "pipeserve", f"not a pipeserve command: {argv}"
-    assert argv[1] in ("serve", "serve-infer"), f"not a serving subcommand: {argv[1]}"
+    assert argv[1] in ("serve", "serve-infer", "worker"), f"not a serving subcommand: {argv[1]}"
     text = cli_help(argv[1])
     for word in argv[2:]:
         if word.startswith("--"):
