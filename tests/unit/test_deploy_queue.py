@@ -56,7 +56,7 @@ def test_both_reach_the_redis_service_and_wait_for_it(name: str) -> None:
 def test_the_settings_read_the_environment_the_file_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in environment("worker", COMPOSE).items():
         monkeypatch.setenv(key, value)
-    assert WorkerSettings().redis_url == "redis://redis:6379/0"  # type: ignore[call-arg]  # from the environment
+    assert WorkerSettings().redis_url == "redis://redis:6379/0"  # read from the environment
     assert ServerSettings(redis_url=redis_url("api")).redis_url == redis_url("worker")
 
 
