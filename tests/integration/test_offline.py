@@ -85,14 +85,16 @@ def test_a_folder_of_images_matches_predict_and_a_bad_file_goes_to_the_errors(
     client_factory: Any, imagenet_dir: Path, photos: Path, tmp_path: Path
 ) -> None:
     output = tmp_path / "labels.jsonl"
-    report = score(ScoreOptions(imagenet_dir, photos, output, endpoint="tag", params={"k": "3"}, progress=False))
+    # The default endpoint (ONNX Runtime, unbatched): the very bytes /predict answers. (Through a micro-batched
+    # model a result's last float32 digit may depend on the batch it ran in; see docs/jobs.md.)
+    report = score(ScoreOptions(imagenet_dir, photos, output, progress=False))
     assert (report.total, report.scored, report.failed) == (4, 3, 1)
     client = client_factory(imagenet_dir)
     lines = dict(_prediction(line) for line in _lines(output))
     assert list(lines) == ["cat.jpg", "more/coffee.png", "rocket.jpg"]  # sorted by path; notes.txt failed
     for key, prediction in lines.items():
         encoded = base64.b64encode((photos / key).read_bytes()).decode()
-        assert prediction == _predict_bytes(client, "/predict/tag?k=3", encoded), key
+        assert prediction == _predict_bytes(client, "/predict", encoded), key
     [error] = [orjson.loads(line) for line in _lines(tmp_path / "labels.errors.jsonl")]
     assert error["key"] == "notes.txt"
     assert "not a decodable image" in error["error"]
