@@ -135,6 +135,7 @@ class MemoryJobQueue:
         self._fifo: deque[tuple[str, str]] = deque()
         self._pending: dict[str, tuple[str, str, float]] = {}  # entry -> (job, consumer, last seen)
         self._entries = 0
+        self._next_expiry = 0.0
         self._arrived: asyncio.Event | None = None
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.dead: list[dict[str, Any]] = []
@@ -326,6 +327,9 @@ class MemoryJobQueue:
 
     def _expire(self) -> None:
         now = time.monotonic()
+        if now < self._next_expiry:  # a sweep at most once a second, not on every call
+            return
+        self._next_expiry = now + 1.0
         for job_id in [job for job, at in self._expires.items() if at <= now]:
             self._expires.pop(job_id, None)
             self._records.pop(job_id, None)

@@ -182,14 +182,12 @@ class RedisJobQueue:
         """Run one Redis operation; a connection problem becomes ``NotReady`` naming the queue."""
         if self._redis is None:
             raise NotReady("the job queue is not started")
+        from redis import exceptions
+
         try:
             return await fn()
-        except (OSError, ConnectionError) as exc:
+        except (OSError, exceptions.ConnectionError, exceptions.TimeoutError) as exc:
             raise NotReady(f"the job queue at {self.location} is unreachable: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith("redis") and "Connection" in type(exc).__name__:
-                raise NotReady(f"the job queue at {self.location} is unreachable: {exc}") from exc
-            raise
 
     # -- clients -------------------------------------------------------------------------------------------------
 
@@ -221,8 +219,11 @@ class RedisJobQueue:
         return JobRecord.from_fields(job_id, {key.decode(): value for key, value in fields.items()})
 
     async def wait(self, job_id: str, timeout_s: float) -> JobRecord:
-        if self._listener is None:
-            raise NotReady("this queue was started without listening for completions")
+        if self._listener is None:  # not subscribed (Redis was down at start): poll instead
+            deadline = time.monotonic() + timeout_s
+            while not (record := await self.get(job_id)).is_final and time.monotonic() < deadline:  # noqa: ASYNC110 - no events to wait on without the subscription
+                await asyncio.sleep(0.05)
+            return record
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(job_id, []).append(future)  # before reading, so a completion in between is seen
         try:

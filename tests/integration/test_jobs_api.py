@@ -179,3 +179,20 @@ def test_the_callback_header_works_for_uploads_too(
         assert time.monotonic() < deadline, "the webhook never arrived"
         time.sleep(0.05)
     assert hooks.received[0][1]["result"] in {"tiger cat", "tabby", "Egyptian cat"}
+
+
+def test_an_unreachable_redis_answers_503_naming_it_and_predict_keeps_serving(
+    client_factory: Any, iris_dir: Path
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = client_factory(iris_dir, redis_url=f"redis://:secret@127.0.0.1:{port}/0")
+    refused = client.post("/jobs", json={"data": ROW})
+    assert refused.status_code == 503
+    assert f"redis://127.0.0.1:{port}/0 is unreachable" in refused.json()["error"]
+    assert "secret" not in refused.text, "the password stays out of error messages"
+    assert client.get("/jobs/" + "0" * 32).status_code == 503
+    assert client.post("/predict", json={"data": ROW}).status_code == 200
