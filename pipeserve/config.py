@@ -63,6 +63,9 @@ class JobSettings(BaseSettings):
     )
     timeout_s: float = Field(default=300.0, gt=0, description="A job's deadline once a worker starts it.")
     webhook_attempts: int = Field(default=5, ge=1, le=50, description="Sends of a webhook before giving up.")
+    webhook_lease_s: float = Field(
+        default=90.0, gt=0, description="A worker sending a webhook holds it this long; then another may resend it."
+    )
 
 
 class ServerSettings(_ProcessSettings):

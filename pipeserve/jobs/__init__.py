@@ -1,7 +1,7 @@
 """Asynchronous jobs: submit -> queue -> workers -> result, on Redis Streams or in-process."""
 
 from pipeserve.jobs.model import JobRecord, JobRequest, check_job_id
-from pipeserve.jobs.queue import Delivery, JobQueue, MemoryJobQueue
+from pipeserve.jobs.queue import Delivery, JobQueue, MemoryJobQueue, NotificationClaim
 from pipeserve.jobs.redis_queue import RedisJobQueue
 from pipeserve.jobs.webhook import WebhookSender
 from pipeserve.jobs.worker import JobWorker, WorkerOptions
@@ -13,6 +13,7 @@ __all__ = [
     "JobRequest",
     "JobWorker",
     "MemoryJobQueue",
+    "NotificationClaim",
     "RedisJobQueue",
     "WebhookSender",
     "WorkerOptions",

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pipeserve.errors import NotFound, Overloaded
 from pipeserve.jobs.model import FINAL_STATES, JobRecord, JobRequest, new_job_id
@@ -35,6 +35,19 @@ class Delivery:
     entry_id: str
     request: JobRequest | None
     redelivered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationClaim:
+    """Whether a worker may send a job's webhook now.
+
+    ``claimed``: yes (``record`` is the finished job); ``sent``: it was sent already; ``busy``: another worker began
+    sending it less than the lease ago (it may have died: try again after the lease); ``unfinished``: the job has no
+    outcome yet (or its record is gone).
+    """
+
+    status: Literal["claimed", "sent", "busy", "unfinished"]
+    record: JobRecord | None = None
 
 
 class JobQueue(Protocol):
@@ -91,8 +104,8 @@ class JobQueue(Protocol):
         """Fail the job for good and add it, with its last error, to the dead-letter stream."""
         ...
 
-    async def claim_notification(self, job_id: str, lease_s: float) -> JobRecord | None:
-        """The finished record if this worker should send its webhook now (no one sent it, no one is sending)."""
+    async def claim_notification(self, job_id: str, lease_s: float) -> NotificationClaim:
+        """Take the right to send the job's webhook for ``lease_s`` seconds, unless it was sent or is being sent."""
         ...
 
     async def notified(self, job_id: str) -> None: ...
@@ -262,15 +275,17 @@ class MemoryJobQueue:
             self.dead.append({"id": delivery.job_id, "error": error, "attempts": attempts, "failed_at": time.time()})
         return written
 
-    async def claim_notification(self, job_id: str, lease_s: float) -> JobRecord | None:
+    async def claim_notification(self, job_id: str, lease_s: float) -> NotificationClaim:
         fields = self._records.get(job_id)
-        if fields is None or fields["state"] not in FINAL_STATES or fields.get("notified"):
-            return None
+        if fields is None or fields["state"] not in FINAL_STATES:
+            return NotificationClaim("unfinished")
+        if fields.get("notified"):
+            return NotificationClaim("sent")
         claimed = fields.get("notify_claimed_at")
         if claimed is not None and time.monotonic() - claimed < lease_s:
-            return None
+            return NotificationClaim("busy")
         fields["notify_claimed_at"] = time.monotonic()
-        return self._record(job_id)
+        return NotificationClaim("claimed", self._record(job_id))
 
     async def notified(self, job_id: str) -> None:
         fields = self._records.get(job_id)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pipeserve.errors import NotFound, NotReady, Overloaded
 from pipeserve.jobs.model import JobRecord, JobRequest, new_job_id
-from pipeserve.jobs.queue import DEFAULT_RESULT_TTL_S, Delivery
+from pipeserve.jobs.queue import DEFAULT_RESULT_TTL_S, Delivery, NotificationClaim
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,14 @@ return 1
 _CLAIM_NOTIFICATION = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'done' and state ~= 'failed' then return 0 end
-if redis.call('HGET', KEYS[1], 'notified') then return 0 end
+if redis.call('HGET', KEYS[1], 'notified') then return 2 end
 local claimed = tonumber(redis.call('HGET', KEYS[1], 'notify_claimed_at') or '0')
-if tonumber(ARGV[1]) - claimed < tonumber(ARGV[2]) then return 0 end
+if tonumber(ARGV[1]) - claimed < tonumber(ARGV[2]) then return 3 end
 redis.call('HSET', KEYS[1], 'notify_claimed_at', ARGV[1])
 return 1
 """
+
+_CLAIMS: dict[int, Any] = {0: "unfinished", 1: "claimed", 2: "sent", 3: "busy"}
 
 
 class RedisJobQueue:
@@ -355,11 +357,12 @@ class RedisJobQueue:
             delivery, error=message, error_kind="gave_up", dead_error=error or "(none)", attempts=attempts
         )
 
-    async def claim_notification(self, job_id: str, lease_s: float) -> JobRecord | None:
-        claimed = await self._call(
+    async def claim_notification(self, job_id: str, lease_s: float) -> NotificationClaim:
+        code = await self._call(
             lambda: self._scripts["claim_notification"](keys=[self._key(job_id)], args=[repr(time.time()), lease_s])
         )
-        return await self.get(job_id) if claimed else None
+        status = _CLAIMS[int(code)]
+        return NotificationClaim(status, await self.get(job_id) if status == "claimed" else None)
 
     async def notified(self, job_id: str) -> None:
         await self._call(lambda: self._redis.hset(self._key(job_id), "notified", 1))

@@ -43,7 +43,8 @@ class WorkerOptions:
         max_attempts: runs of a failing job before it is dead-lettered.
         block_s: how long one receive waits for new jobs (shutdown is noticed within this).
         job_timeout_s: a job's deadline once it runs (work still queued in a batcher then never runs).
-        notify_lease_s: how long a worker that began sending a webhook has before another may send it again.
+        notify_lease_s: how long a worker that began sending a webhook has before another may send it again
+            (cover the sender's retries: its attempts x timeout, plus backoff).
         report_every_s: how often the worker logs its progress.
     """
 
@@ -51,7 +52,7 @@ class WorkerOptions:
     max_attempts: int = 3
     block_s: float = 1.0
     job_timeout_s: float | None = 300.0
-    notify_lease_s: float = 60.0
+    notify_lease_s: float = 90.0
     report_every_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -69,6 +70,7 @@ def worker_options(settings: JobSettings, service: InferenceService) -> WorkerOp
         concurrency=settings.concurrency or max(8, 2 * largest),
         max_attempts=settings.max_attempts,
         job_timeout_s=settings.timeout_s,
+        notify_lease_s=settings.webhook_lease_s,
     )
 
 
@@ -209,7 +211,8 @@ class JobWorker:
                 logger.warning("Job %s expired before it ran; dropping it", delivery.job_id)
             else:
                 await self._attempt(delivery, delivery.request)
-                await self._notify(delivery.job_id, delivery.request)
+                if not await self._notify(delivery.job_id, delivery.request):
+                    return  # not acked: the job comes back once the other sender's lease is over
             await self.queue.ack(delivery)
         finally:
             request_id_var.reset(token)
@@ -258,14 +261,18 @@ class JobWorker:
             return await self.service.predict_label(request.data, timeout_s=timeout_s)
         return await self.service.predict(request.data, request.endpoint, request.params or None, timeout_s=timeout_s)
 
-    async def _notify(self, job_id: str, request: JobRequest) -> None:
+    async def _notify(self, job_id: str, request: JobRequest) -> bool:
+        """Send the webhook if it is this worker's to send; ``False`` if another worker holds it (which may have
+        died while sending: the delivery is then left pending, to be tried again after the lease)."""
         if not request.callback_url:
-            return
-        record = await self.queue.claim_notification(job_id, self.options.notify_lease_s)
-        if record is None:  # not finished (retrying), already sent, or another worker is sending it
-            return
-        await self.webhooks.send(request.callback_url, record)
-        await self.queue.notified(job_id)
+            return True
+        claim = await self.queue.claim_notification(job_id, self.options.notify_lease_s)
+        if claim.status == "busy":
+            return False
+        if claim.status == "claimed" and claim.record is not None:
+            await self.webhooks.send(request.callback_url, claim.record)
+            await self.queue.notified(job_id)
+        return True
 
     def _log_progress(self) -> None:
         stats = self.stats

@@ -104,7 +104,11 @@ def _cleanup(redis_url: str, pipeline: str) -> None:
 def test_500_jobs_survive_a_worker_killed_midway(iris_dir: Path, redis_url: str, tmp_path: Path) -> None:
     spec = _spec(iris_dir, tmp_path / "spec", handler=SLOW)
     pipeline = yaml.safe_load((spec / "pipeline.yaml").read_text())["pipeline"]["name"]
-    env = {"PIPESERVE_JOB_VISIBILITY_TIMEOUT_S": "2", "PIPESERVE_JOB_CONCURRENCY": "16"}
+    env = {
+        "PIPESERVE_JOB_VISIBILITY_TIMEOUT_S": "2",
+        "PIPESERVE_JOB_CONCURRENCY": "16",
+        "PIPESERVE_JOB_WEBHOOK_LEASE_S": "3",  # a webhook the killed worker was sending is resent soon after
+    }
     hooks = HookReceiver(failures=0)
     rng = np.random.default_rng(7)
     rows = [[round(float(v), 2) for v in rng.uniform([4.3, 2.0, 1.0, 0.1], [7.9, 4.4, 6.9, 2.5])] for _ in range(500)]

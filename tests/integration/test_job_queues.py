@@ -189,17 +189,18 @@ async def test_the_webhook_lease_lets_one_worker_send_and_another_take_over_late
     record = await queue.submit(JobRequest(data=1, callback_url="http://hook.test/"))
     [delivery] = await queue.receive("w1", 10, 1.0)
     await queue.begin(delivery, "w1")
-    assert await queue.claim_notification(record.id, 0.3) is None, "nothing to send before the job finished"
+    assert (await queue.claim_notification(record.id, 0.3)).status == "unfinished"
     await queue.finish(delivery, result=b"1")
     claimed = await queue.claim_notification(record.id, 0.3)
-    assert claimed is not None
-    assert claimed.result == b"1"
-    assert await queue.claim_notification(record.id, 0.3) is None, "someone is sending it"
+    assert claimed.status == "claimed"
+    assert claimed.record is not None
+    assert claimed.record.result == b"1"
+    assert (await queue.claim_notification(record.id, 0.3)).status == "busy", "someone is sending it"
     await asyncio.sleep(0.4)
-    assert await queue.claim_notification(record.id, 0.3) is not None, "the sender went silent: take over"
+    assert (await queue.claim_notification(record.id, 0.3)).status == "claimed", "the sender went silent: take over"
     await queue.notified(record.id)
     await asyncio.sleep(0.4)
-    assert await queue.claim_notification(record.id, 0.3) is None, "sent: never again"
+    assert (await queue.claim_notification(record.id, 0.3)).status == "sent", "sent: never again"
 
 
 async def test_results_expire_after_their_ttl(make_queue: Any) -> None:
