@@ -93,7 +93,8 @@ async def test_a_job_left_pending_by_a_dead_worker_is_run_again_and_reported_onc
             await worker.stop(1.0)
         again = await queue.get(lost.id)
         assert again.attempts == 2
-        assert again.result is not None and again.result.startswith(b"[0.96")
+        assert again.result is not None
+        assert again.result.startswith(b"[0.96")
         assert [(await queue.get(job.id)).result for job in others] == [b'"setosa"'] * 5
         assert worker.stats.done == 6
     finally:
