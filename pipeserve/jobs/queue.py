@@ -37,6 +37,9 @@ class Delivery:
     redelivered: bool = False
 
 
+ClaimStatus = Literal["claimed", "sent", "busy", "unfinished"]
+
+
 @dataclass(frozen=True, slots=True)
 class NotificationClaim:
     """Whether a worker may send a job's webhook now.
@@ -46,7 +49,7 @@ class NotificationClaim:
     outcome yet (or its record is gone).
     """
 
-    status: Literal["claimed", "sent", "busy", "unfinished"]
+    status: ClaimStatus
     record: JobRecord | None = None
 
 
@@ -55,6 +58,8 @@ class JobQueue(Protocol):
 
     #: Where the queue lives, for logs and errors (``memory``, ``redis://host:6379/0``).
     location: str
+    #: How long a received job may go without a heartbeat before another worker may receive it.
+    visibility_timeout_s: float
 
     async def start(self) -> None: ...
 
@@ -151,7 +156,8 @@ class MemoryJobQueue:
         self._next_expiry = 0.0
         self._arrived: asyncio.Event | None = None
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
-        self.dead: list[dict[str, Any]] = []
+        #: The most recent dead letters (bounded, as the Redis stream is).
+        self.dead: deque[dict[str, Any]] = deque(maxlen=10_000)
 
     async def start(self) -> None:
         self._arrived = asyncio.Event()

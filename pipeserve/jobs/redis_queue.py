@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pipeserve.errors import NotFound, NotReady, Overloaded
 from pipeserve.jobs.model import JobRecord, JobRequest, new_job_id
-from pipeserve.jobs.queue import DEFAULT_RESULT_TTL_S, Delivery, NotificationClaim
+from pipeserve.jobs.queue import DEFAULT_RESULT_TTL_S, ClaimStatus, Delivery, NotificationClaim
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ redis.call('HSET', KEYS[1], 'notify_claimed_at', ARGV[1])
 return 1
 """
 
-_CLAIMS: dict[int, Any] = {0: "unfinished", 1: "claimed", 2: "sent", 3: "busy"}
+_CLAIMS: dict[int, ClaimStatus] = {0: "unfinished", 1: "claimed", 2: "sent", 3: "busy"}
 
 
 class RedisJobQueue:

@@ -196,7 +196,7 @@ class JobWorker:
             logger.error("Worker %s: a job's bookkeeping failed", self.name, exc_info=task.exception())
 
     async def _beat(self) -> None:
-        interval = max(0.5, getattr(self.queue, "visibility_timeout_s", 60.0) / 3)
+        interval = max(0.5, self.queue.visibility_timeout_s / 3)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -240,10 +240,7 @@ class JobWorker:
 
     async def _failed(self, delivery: Delivery, exc: Exception, attempts: int) -> None:
         if isinstance(exc, InvalidInput | NotFound):  # the request itself is wrong: retrying cannot help
-            message = exc.problem if isinstance(exc, InvalidInput) else str(exc)
-            if isinstance(exc, InvalidInput) and exc.expected:
-                message += f"; expected: {exc.expected}"
-            if await self.queue.finish(delivery, error=message, error_kind="invalid_input"):
+            if await self.queue.finish(delivery, error=str(exc), error_kind="invalid_input"):
                 self.stats.failed += 1
             return
         error = _describe(exc)

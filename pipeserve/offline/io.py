@@ -162,7 +162,7 @@ def _table_records(
             try:
                 yield Record(key, [[_number(row[name], name) for name in names]])
             except InvalidInput as exc:
-                yield Record(key, None, problem=f"{exc.problem} (expected {exc.expected})")
+                yield Record(key, None, problem=str(exc))
         else:
             yield Record(key, {name: row[name] for name in (columns or row) if name != options.id_column})
 

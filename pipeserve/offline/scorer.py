@@ -345,7 +345,7 @@ class ChunkScorer:
             else:
                 value = await self.service.predict(record.data, self.endpoint, self.params, timeout_s=None)
         except InvalidInput as exc:
-            return record.key, None, f"{exc.problem} (expected {exc.expected})" if exc.expected else exc.problem
+            return record.key, None, str(exc)
         except NodeFailed as exc:
             cause = exc.cause
             return record.key, None, f"node {exc.node!r} failed: {type(cause).__name__}: {cause}"

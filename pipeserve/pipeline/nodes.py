@@ -252,13 +252,9 @@ class ModelNode:
 
     @property
     def full_batch_s(self) -> float | None:
-        """The expected run time of a batch of ``max_batch_size`` rows (from the runs seen), or ``None``."""
-        if self._batcher is not None:
-            estimate = self._batcher.latency.estimate(self.policy.max_batch_size)
-            if estimate is not None:
-                return estimate
-        fastest = self.fastest_run_s
-        return None if fastest is None else fastest * self.policy.max_batch_size
+        """The expected run time of a batch of ``max_batch_size`` rows (learned from the batches run), or ``None``
+        before the batcher has run any."""
+        return None if self._batcher is None else self._batcher.latency.estimate(self.policy.max_batch_size)
 
     def _predict_timed(self, inputs: TensorDict, replica: int) -> TensorDict:
         runtime = self.replicas[replica]

@@ -212,5 +212,7 @@ async def test_on_one_core_batches_take_their_turn_on_the_loop(
         assert [a.tolist() for a in answers] == [[float(i), float(i + 1)] for i in range(6)]
         assert model.batcher is not None
         assert (model.batcher.gate is not None) is on_lane
+        if model.lane is not None:
+            assert model.lane.jobs >= 1, "the batches took their turns on the lane (on the event loop)"
     finally:
         await service.stop()

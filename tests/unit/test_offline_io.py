@@ -28,7 +28,7 @@ def test_csv_rows_become_tensor_rows_keyed_by_the_id_column(tmp_path: Path) -> N
     records = list(read_records(path, "csv", "tensor", InputOptions(id_column="id")))
     assert [(r.key, r.data, r.problem) for r in records] == [
         ("first", [[1.0, 2.5]], None),
-        ("second", None, "column 'b' is 'x' (expected a number)"),
+        ("second", None, "column 'b' is 'x'; expected a number"),
     ]
     assert count_records(path, "csv") == 2
     chosen = list(read_records(path, "csv", "tensor", InputOptions(columns=("a",))))
