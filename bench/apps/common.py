@@ -35,12 +35,12 @@ def labels() -> list[str]:
 
 
 def preprocess_image(encoded: str) -> np.ndarray[Any, Any]:
-    """base64 JPEG -> NCHW float32, as DESIGN.md specifies (the seed's preprocessing)."""
+    """base64 JPEG -> NCHW uint8 pixels (the model normalizes them: DESIGN.md's (x - 127) / 128 in its graph)."""
     return preprocess_bytes(base64.b64decode(encoded))
 
 
 def preprocess_bytes(encoded: bytes) -> np.ndarray[Any, Any]:
-    """JPEG bytes -> NCHW float32: RGB, short side 256 (bicubic), centre crop 224, (x - 127) / 128."""
+    """JPEG bytes -> NCHW uint8: RGB, short side 256 (bicubic), centre crop 224; the model does (x - 127) / 128."""
     from PIL import Image
 
     image = Image.open(io.BytesIO(encoded)).convert("RGB")
@@ -50,8 +50,7 @@ def preprocess_bytes(encoded: bytes) -> np.ndarray[Any, Any]:
     width, height = image.size
     left, top = (width - 224) // 2, (height - 224) // 2
     image = image.crop((left, top, left + 224, top + 224))
-    array = (np.asarray(image, dtype=np.float32) - 127.0) / 128.0
-    return np.ascontiguousarray(array.transpose(2, 0, 1)[None])
+    return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1)[None])
 
 
 class Predictor:

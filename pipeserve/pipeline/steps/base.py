@@ -15,6 +15,7 @@ STEPS: dict[str, str] = {
     "image.decode": "pipeserve.pipeline.steps.image:Decode",
     "image.resize": "pipeserve.pipeline.steps.image:Resize",
     "image.center_crop": "pipeserve.pipeline.steps.image:CenterCrop",
+    "image.to_tensor": "pipeserve.pipeline.steps.image:ToTensor",
     "image.normalize": "pipeserve.pipeline.steps.image:Normalize",
     "softmax": "pipeserve.pipeline.steps.tensor:Softmax",
     "top_k": "pipeserve.pipeline.steps.tensor:TopK",

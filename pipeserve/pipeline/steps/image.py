@@ -1,4 +1,4 @@
-"""Image steps: decode, resize, centre-crop, normalize. Pillow is imported on first use."""
+"""Image steps: decode, resize, centre-crop, to_tensor (uint8 pixels), normalize. Pillow is imported on first use."""
 
 from __future__ import annotations
 
@@ -112,6 +112,28 @@ class CenterCrop(Step):
             raise InvalidInput(f"image is {width}x{height} after resizing", expected=f"at least {crop_w}x{crop_h}")
         left, top = (width - crop_w) // 2, (height - crop_h) // 2
         return value.crop((left, top, left + crop_w, top + crop_h))
+
+
+class ToTensor(Step):
+    """Pillow image -> its pixels as a uint8 array laid out NCHW (default) or NHWC, with a batch dim of 1.
+
+    For models that normalize in their own graph: a quarter of a float32 tensor's bytes, and the mean and std
+    travel with the model artifact instead of the preprocessing config.
+    """
+
+    class Params(StepParams):
+        layout: Literal["NCHW", "NHWC"] = "NCHW"
+
+    is_cpu_heavy: ClassVar[bool] = True
+
+    def __call__(self, value: Any) -> Any:
+        params: ToTensor.Params = self.params  # type: ignore[assignment]
+        array = np.asarray(value, dtype=np.uint8)
+        if array.ndim == 2:
+            array = array[:, :, None]
+        if params.layout == "NCHW":
+            array = array.transpose(2, 0, 1)
+        return np.ascontiguousarray(array[None])
 
 
 class Normalize(Step):

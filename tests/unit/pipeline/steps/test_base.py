@@ -81,6 +81,7 @@ def test_import_string_that_is_not_a_step():
         ("image.resize", {"size": [0, 10]}, "params.size"),
         ("image.resize", {"short_side": 8, "interpolation": "cubic"}, "params.interpolation"),
         ("image.center_crop", {}, "params.size"),
+        ("image.to_tensor", {"layout": "CHW"}, "params.layout"),
         ("image.normalize", {"layout": "CHW"}, "params.layout"),
         ("image.normalize", {"scale": 0}, "params.scale"),
         ("image.normalize", {"dtype": "int8"}, "params.dtype"),

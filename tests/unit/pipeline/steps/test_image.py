@@ -173,6 +173,38 @@ def test_center_crop_larger_than_the_image():
     assert info.value.expected == "at least 9x9"
 
 
+# --- to_tensor -----------------------------------------------------------------------------------------------
+
+
+def test_to_tensor_keeps_uint8_pixels_channels_first():
+    array = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+
+    out = step("image.to_tensor")(Image.fromarray(array))
+
+    assert out.shape == (1, 3, 2, 3)
+    assert out.dtype == np.uint8
+    assert out.flags.c_contiguous
+    np.testing.assert_array_equal(out[0], array.transpose(2, 0, 1))
+
+
+def test_to_tensor_nhwc_and_grayscale():
+    array = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+
+    np.testing.assert_array_equal(step("image.to_tensor", layout="NHWC")(Image.fromarray(array))[0], array)
+    assert step("image.to_tensor")(Image.new("L", (4, 3), 9)).shape == (1, 1, 3, 4)
+
+
+def test_to_tensor_then_normalize_in_the_model_equals_normalize():
+    """The imagenet example's models compute (x - 127) / 128 in their graphs: the same floats as the step."""
+    image = Image.fromarray(np.random.default_rng(3).integers(0, 256, (5, 7, 3), dtype=np.uint8))
+
+    pixels = step("image.to_tensor")(image)
+
+    np.testing.assert_array_equal(
+        (pixels.astype(np.float32) - 127.0) / 128.0, step("image.normalize", mean=127.0, std=128.0)(image)
+    )
+
+
 # --- normalize -----------------------------------------------------------------------------------------------
 
 
