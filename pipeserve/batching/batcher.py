@@ -21,7 +21,7 @@ BatchFn = Callable[[list[T]], Awaitable[list[R]]]
 
 logger = logging.getLogger(__name__)
 
-#: In adaptive mode, one batch in this many may use the full ``max_batch_size`` to keep learning its cost.
+#: In adaptive mode, one batch in this many tries another size (see ``Batcher._size_limit``) to keep learning.
 EXPLORE_EVERY = 64
 
 
@@ -105,6 +105,10 @@ class Batcher(Generic[T, R]):
         self._wakeup: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._batch_counter = 0
+        self._explored = 0
+        #: The sizes adaptive mode tries while it learns: max_batch_size, 1, 2, 4, ... below it.
+        self._ladder = [policy.max_batch_size, *(1 << i for i in range(policy.max_batch_size.bit_length()))]
+        self._ladder = list(dict.fromkeys(s for s in self._ladder if s <= policy.max_batch_size))
         self._closing = False
         #: Held around taking and running each batch, when set (see the class docstring).
         self.gate: AbstractAsyncContextManager[None] | None = None
@@ -207,12 +211,21 @@ class Batcher(Generic[T, R]):
                     await self._run(batch, worker)
 
     def _size_limit(self) -> int:
-        """Rows per batch: ``max_batch_size``, or in adaptive mode the size that costs least per row (every
-        ``EXPLORE_EVERY`` batches the full size again, so that the estimates of larger sizes stay fresh)."""
+        """Rows per batch: ``max_batch_size``, or in adaptive mode the size that costs least per row.
+
+        Adaptive mode learns that size by trying others: the full size, 1, 2, 4, ... in turn, on every batch
+        until two sizes have been measured, then on one batch in ``EXPLORE_EVERY``. Under a queue that is always
+        deep, batches would otherwise only ever be full, and a model that is slower per row in large batches
+        (common on CPUs) would never find out.
+        """
         policy = self.policy
-        if policy.mode != "adaptive" or self._batch_counter % EXPLORE_EVERY == 0:
+        if policy.mode != "adaptive":
             return policy.max_batch_size
-        return self.latency.best_size(policy.max_batch_size) or policy.max_batch_size
+        best = self.latency.best_size(policy.max_batch_size)
+        if best is None or self._batch_counter % EXPLORE_EVERY == 0:
+            self._explored += 1
+            return self._ladder[(self._explored - 1) % len(self._ladder)]
+        return best
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:
         """Move queued items into ``batch`` while they fit; drop the ones nobody waits for. Returns rows."""

@@ -173,3 +173,21 @@ async def test_adaptive_batches_stop_at_the_cheapest_size() -> None:
             batcher.latency.observe(size, seconds)
         await asyncio.gather(*(batcher.submit(i) for i in range(40)))
     assert max(sizes[1:]) == 1, sizes
+
+
+async def test_adaptive_learns_smaller_batches_under_a_deep_queue() -> None:
+    """Every batch would be full under a deep queue; trying other sizes finds that 1 is cheaper per row."""
+    sizes: list[int] = []
+
+    async def costly_when_big(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0.0005 * len(items) ** 2)
+        return items
+
+    policy = BatchPolicy(max_batch_size=8, mode="adaptive")
+    async with Batcher(costly_when_big, policy) as batcher:  # learns from its own runs, nothing seeded
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(60)))
+    assert results == list(range(60))
+    assert sizes[:2] == [8, 1], "explores the full size, then 1"
+    assert sizes[2:12] == [1] * 10, sizes
+    assert batcher.latency.best_size(8) == 1
