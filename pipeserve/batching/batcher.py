@@ -112,6 +112,8 @@ class Batcher(Generic[T, R]):
         self._closing = False
         #: Held around taking and running each batch, when set (see the class docstring).
         self.gate: AbstractAsyncContextManager[None] | None = None
+        #: With a gate: at most the rows expected to run within this many seconds per turn (>= 1 row).
+        self.gate_budget_s: float | None = None
         self.latency = LatencyModel()
         self._arrivals = ArrivalRate()
 
@@ -206,7 +208,10 @@ class Batcher(Generic[T, R]):
                 continue
             async with gate:
                 batch = []
-                self._take(batch, 0, self._size_limit())
+                limit = self._size_limit()
+                if self.gate_budget_s is not None:
+                    limit = self.latency.rows_within(self.gate_budget_s, limit)
+                self._take(batch, 0, limit)
                 if batch:
                     await self._run(batch, worker)
 

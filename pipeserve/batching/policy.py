@@ -8,6 +8,10 @@ from typing import Literal
 
 BatchMode = Literal["fixed", "adaptive"]
 
+#: Per-row costs within this factor of the best count as a tie, which the larger batch size wins. Small: at
+#: saturation a size that is k% slower per row costs k% of the throughput.
+TIE = 1.02
+
 
 @dataclass(frozen=True, slots=True)
 class BatchPolicy:
@@ -97,9 +101,23 @@ class LatencyModel:
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, times, strict=True)) / var
         return max(0.0, mean_y + slope * (size - mean_x))
 
+    def forget(self) -> None:
+        """Drop what was learned (e.g. the cold first runs of a warm-up)."""
+        self._by_size.clear()
+
+    def rows_within(self, seconds: float, limit: int) -> int:
+        """The most rows (1 to ``limit``) whose batch is expected to take at most ``seconds``."""
+        rows = 1
+        for size in range(2, limit + 1):
+            estimate = self.estimate(size)
+            if estimate is None or estimate > seconds:
+                break
+            rows = size
+        return rows
+
     def best_size(self, limit: int) -> int | None:
         """The batch size (at most ``limit``) seen to take the least time per row; a larger size wins when it is
-        within 5% of the best. ``None`` until two sizes have been seen.
+        within 2% of the best (noise). ``None`` until two sizes have been seen.
 
         On a CPU, per-row cost often stops falling (EfficientNet-Lite0 in ONNX Runtime) or rises (the same
         network in TorchScript: 27 ms at 1, 39 ms per image at 8, measured) as batches grow.
@@ -108,7 +126,7 @@ class LatencyModel:
         if len(per_row) < 2:
             return None
         best = min(per_row.values())
-        return max(size for size, cost in per_row.items() if cost <= best * 1.05)
+        return max(size for size, cost in per_row.items() if cost <= best * TIE)
 
     def saving_s(self, size: int) -> float:
         """Compute saved when one more row joins a batch of ``size`` instead of running alone later."""

@@ -196,16 +196,18 @@ class Pipeline:
         """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
         for model in self.models:
             model.settle_execution()
-            # On a single core a batch gains nothing from a thread hop either: it takes its turn on the lane.
-            full = model.full_batch_s
+            model.forget_warm_up()
+            # On a single core a batch gains nothing from a thread hop either: it takes its turn on the lane,
+            # with as many rows as run within the lane's job budget.
+            one = model.fastest_run_s
             if (
                 self._single_core
                 and model.queued
                 and model.on_cpu
                 and model.execution == "auto"
                 and not model.runs_on_loop
-                and full is not None
-                and full <= CpuLane.MAX_JOB_S
+                and one is not None
+                and one <= CpuLane.MAX_JOB_S
             ):
                 model.run_on_lane(self._lane)
         self._warming = False

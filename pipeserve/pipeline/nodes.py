@@ -134,6 +134,11 @@ class ModelNode:
         self.execution: Execution = execution
         self.runs_on_loop = execution == "inline"
         self._recent_run_s: deque[float] = deque(maxlen=32)
+        #: A single-threaded CPU engine computes on the calling thread: its cost is that thread's CPU time, which
+        #: time-sharing the core with the event loop (a worker thread on one core) does not inflate, as wall
+        #: time would. Others (engine threads, devices) are timed by the clock.
+        self._cpu_timed = self.on_cpu and all(r.options.intra_op_threads == 1 for r in self.replicas)
+        self._recent_cost_s: deque[float] = deque(maxlen=32)
         self._locks = [threading.Lock() for _ in self.replicas]
         self._turn = itertools.count()
         self._last_inputs: TensorDict | None = None  # one real input, kept for timing the model after warm-up
@@ -241,33 +246,39 @@ class ModelNode:
             "on the event loop" if self.runs_on_loop else "in a worker thread",
         )
 
+    def forget_warm_up(self) -> None:
+        """Restart the batcher's cost model from the fastest warm-up run. An engine's first runs are cold
+        (allocations, caches); their cost would make a batch of one look dearer than it is for a long time."""
+        if self._batcher is None or not self._recent_cost_s or self._last_inputs is None:
+            return
+        self._batcher.latency.forget()
+        self._batcher.latency.observe(_rows(self._last_inputs), min(self._recent_cost_s))
+
     def run_on_lane(self, lane: CpuLane) -> None:
         """Run batches on the event loop, each once it is this model's turn on ``lane`` (a single core's CPU work
         in arrival order); the batch is taken when the turn comes, so the wait for the CPU is the batching window.
+        A turn takes at most the rows expected to run within ``lane.MAX_JOB_S`` (at least one).
         """
         if self._batcher is None:
             raise NotReady(f"model {self.name!r} is not started")
         self.lane = lane
         self._batcher.gate = lane
-
-    @property
-    def full_batch_s(self) -> float | None:
-        """The expected run time of a batch of ``max_batch_size`` rows (learned from the batches run), or ``None``
-        before the batcher has run any."""
-        return None if self._batcher is None else self._batcher.latency.estimate(self.policy.max_batch_size)
+        self._batcher.gate_budget_s = lane.MAX_JOB_S
 
     def _predict_timed(self, inputs: TensorDict, replica: int) -> TensorDict:
         runtime = self.replicas[replica]
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         if runtime.is_thread_safe:
             outputs = runtime.predict(inputs)
         else:
             with self._locks[replica]:
                 outputs = runtime.predict(inputs)
         elapsed = time.perf_counter() - started
+        cost = time.thread_time() - started_cpu if self._cpu_timed else elapsed
         self._recent_run_s.append(elapsed)
+        self._recent_cost_s.append(cost)
         if self._batcher is not None:  # the engine's own time, without the wait for a thread
-            self._batcher.latency.observe(_rows(inputs), elapsed)
+            self._batcher.latency.observe(_rows(inputs), cost)
         if self._last_inputs is None:
             self._last_inputs = inputs
         return outputs

@@ -216,3 +216,30 @@ async def test_on_one_core_batches_take_their_turn_on_the_loop(
             assert model.lane.jobs >= 1, "the batches took their turns on the lane (on the event loop)"
     finally:
         await service.stop()
+
+
+async def test_a_single_threaded_cpu_model_is_costed_by_its_threads_cpu_time(tmp_path: Path) -> None:
+    """What the batcher learns is the engine's CPU time, not the wall time a busy core stretches it to (a
+    worker thread sharing one core with the event loop): a model that sleeps 50 ms costs next to nothing. And
+    the cost model starts from the fastest warm-up run, not from the cold first ones."""
+    from pipeserve import InferenceService, load_spec
+
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
+        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
+        " options: {delay_s: 0.05}}\n    batching: {max_batch_size: 4, mode: adaptive}\n"
+    )
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        model = service.pipeline.models[0]
+        assert model.batcher is not None
+        assert model.batcher.latency.sizes_seen == 1, "restarted from the warm-up's fastest run"
+        one = model.batcher.latency.estimate(1)
+        assert one is not None
+        assert one < 0.02, f"{one} s: the sleep counted as cost"
+        assert model.fastest_run_s is not None
+        assert model.fastest_run_s >= 0.05, "wall time is still what it is"
+    finally:
+        await service.stop()

@@ -191,3 +191,22 @@ async def test_adaptive_learns_smaller_batches_under_a_deep_queue() -> None:
     assert sizes[:2] == [8, 1], "explores the full size, then 1"
     assert sizes[2:12] == [1] * 10, sizes
     assert batcher.latency.best_size(8) == 1
+
+
+def test_rows_within_a_budget_and_forgetting() -> None:
+    model = LatencyModel()
+    assert model.rows_within(0.1, 8) == 1, "nothing learned: one row"
+    model.observe(1, 0.03)
+    assert model.rows_within(0.1, 8) == 3
+    assert model.rows_within(0.1, 2) == 2
+    assert model.rows_within(0.01, 8) == 1, "always at least one row"
+    model.forget()
+    assert model.sizes_seen == 0
+
+
+def test_a_two_percent_tie_goes_to_the_larger_size_not_five() -> None:
+    model = LatencyModel(alpha=1.0)
+    model.observe(1, 0.0060)
+    model.observe(2, 0.0121)  # 0.8% dearer per row: a tie
+    model.observe(4, 0.0256)  # 6.7% dearer per row: at saturation, 6.7% less throughput
+    assert model.best_size(8) == 2

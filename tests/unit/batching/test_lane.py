@@ -164,3 +164,22 @@ async def test_a_gated_batcher_drops_callers_that_left_while_it_waited_for_the_g
         assert await asyncio.wait_for(calls[0], BOUND_S) == 0
         assert await asyncio.wait_for(calls[2], BOUND_S) == 2
     assert seen == [[0, 2]]
+
+
+async def test_a_gated_turn_takes_only_the_rows_that_fit_the_lanes_budget() -> None:
+    """A turn on the lane holds the event loop: it takes as many rows as are expected to run within the budget."""
+    lane = CpuLane()
+    sizes: list[int] = []
+
+    async def run(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return items
+
+    async with Batcher(run, BatchPolicy(max_batch_size=16), learns_latency=False) as batcher:
+        batcher.gate, batcher.gate_budget_s = lane, 0.1
+        batcher.latency.observe(1, 0.03)  # 30 ms a row: 3 rows fit in 0.1 s
+        async with lane:
+            calls = [asyncio.create_task(batcher.submit(i)) for i in range(7)]
+            await asyncio.sleep(0)
+        assert await asyncio.wait_for(asyncio.gather(*calls), BOUND_S) == list(range(7))
+    assert sizes == [3, 3, 1]
