@@ -8,8 +8,9 @@ from typing import Literal
 
 BatchMode = Literal["fixed", "adaptive"]
 
-#: Per-row costs within this factor of the best count as a tie, which the larger batch size wins. Small: at
-#: saturation a size that is k% slower per row costs k% of the throughput.
+#: Per-row costs within this factor of the best count as a tie, which the smaller batch size wins: at saturation
+#: a size k% dearer per row costs k% of the throughput, and small sizes are the ones whose estimates go stale
+#: (measured at low load, when caches are cold) while big batches run under load.
 TIE = 1.02
 
 
@@ -81,6 +82,10 @@ class LatencyModel:
         old = self._by_size.get(size)
         self._by_size[size] = seconds if old is None else old + self.alpha * (seconds - old)
 
+    def by_size(self) -> dict[int, float]:
+        """The learned seconds per batch, by batch size."""
+        return dict(self._by_size)
+
     @property
     def sizes_seen(self) -> int:
         return len(self._by_size)
@@ -116,7 +121,7 @@ class LatencyModel:
         return rows
 
     def best_size(self, limit: int) -> int | None:
-        """The batch size (at most ``limit``) seen to take the least time per row; a larger size wins when it is
+        """The batch size (at most ``limit``) seen to take the least time per row; a smaller size wins when it is
         within 2% of the best (noise). ``None`` until two sizes have been seen.
 
         On a CPU, per-row cost often stops falling (EfficientNet-Lite0 in ONNX Runtime) or rises (the same
@@ -126,7 +131,7 @@ class LatencyModel:
         if len(per_row) < 2:
             return None
         best = min(per_row.values())
-        return max(size for size, cost in per_row.items() if cost <= best * TIE)
+        return min(size for size, cost in per_row.items() if cost <= best * TIE)
 
     def saving_s(self, size: int) -> float:
         """Compute saved when one more row joins a batch of ``size`` instead of running alone later."""

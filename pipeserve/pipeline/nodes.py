@@ -368,11 +368,24 @@ class ModelNode:
                 "max_latency_ms": self.policy.max_wait_s * 1000,
                 "max_queue_size": self.policy.max_queue_size,
                 "mode": self.policy.mode,
+                **self._learned(),
             }
             if self.queued
             else None
         )
         return info
+
+    def _learned(self) -> dict[str, Any]:
+        """What the batcher learned so far: cost per row by batch size, and the size adaptive mode runs."""
+        if self._batcher is None:
+            return {}
+        latency = self._batcher.latency
+        return {
+            "learned_ms_per_row": {
+                str(size): round(seconds / size * 1000, 3) for size, seconds in sorted(latency.by_size().items())
+            },
+            "best_size": latency.best_size(self.policy.max_batch_size),
+        }
 
 
 def named_tensors(node: str, value: Any, names: list[str], casts: dict[str, np.dtype[Any]]) -> TensorDict:

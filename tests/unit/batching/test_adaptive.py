@@ -155,7 +155,9 @@ def test_best_size_is_the_cheapest_per_row() -> None:
     model.observe(4, 0.100)  # 25 ms per row: the cheapest
     assert model.best_size(8) == 4
     assert model.best_size(2) is None, "sizes above the limit do not count: one size left"
-    model.observe(2, 0.0505)  # within 5% of the best per row, and larger sizes win ties
+    model.observe(2, 0.0505)  # 25.25 ms per row: within 2% of the best, and smaller sizes win ties
+    assert model.best_size(8) == 2
+    model.observe(2, 0.060)  # 30 ms per row: no longer a tie
     assert model.best_size(8) == 4
 
 
@@ -204,9 +206,11 @@ def test_rows_within_a_budget_and_forgetting() -> None:
     assert model.sizes_seen == 0
 
 
-def test_a_two_percent_tie_goes_to_the_larger_size_not_five() -> None:
+def test_a_tie_within_two_percent_goes_to_the_smaller_size() -> None:
     model = LatencyModel(alpha=1.0)
-    model.observe(1, 0.0060)
-    model.observe(2, 0.0121)  # 0.8% dearer per row: a tie
-    model.observe(4, 0.0256)  # 6.7% dearer per row: at saturation, 6.7% less throughput
-    assert model.best_size(8) == 2
+    model.observe(1, 0.0061)
+    model.observe(2, 0.0120)  # 1.6% cheaper per row: a tie, the smaller size wins
+    model.observe(4, 0.0232)  # 4.9% cheaper per row than 1: a real saving
+    assert model.best_size(8) == 4
+    model.observe(4, 0.0256)  # now dearer per row than 1 and 2
+    assert model.best_size(8) == 1
