@@ -432,24 +432,36 @@ def plot(table: list[Point], path: Path) -> None:
 READING = """
 ## Reading the table
 
-**Targets.** At concurrency 32 pipeserve is above every peer, and at concurrency 1 batching on costs nothing
-measurable at p50. The 95%-of-the-in-process-limit target is **not met**: 92% with batching on, 89% off.
+**Targets.** At concurrency 32 pipeserve is above every peer (batching on or off), and at concurrency 1 batching
+on costs nothing measurable at p50 (ONNX -0.2 ms, TorchScript -6.5 ms). Against the in-process limit at
+concurrency 32: batching off **99%**, batching on **92%**, so the 95% target is met without batching and not
+with it; this machine moves by ±5-10% between runs (the limit itself measured 99.6 to 116.5 img/s on
+2026-11-23), and the same day's runs gave batching off 89-99% and batching on 84-92%.
 
-**Where the rest goes** (measured on this machine, 2026-11-23, by interleaving servers on core 0 and counting
-CPU-seconds per request): the in-process loop spends ~11.7 ms per image at batch 8 and ~12.0 ms at batch 1; a bare
-ASGI app under uvicorn doing the same work inline costs ~12.1-12.6 ms per request (95-100% of the limit, varying
-run to run), pipeserve ~12.5-12.9 ms. The remaining gap to the bare app is 0.2-0.4 ms per request; of the gap to
-the limit, most is HTTP itself and the cache the engine loses to socket reads between requests (ONNX Runtime's
-run takes ~0.3-0.5 ms longer inside any server than in the loop), which no server on the same core avoids. The
-in-process limit also takes the best of batch 1 and 8; batching in the server does not recover that ~3% because
-each image still travels alone through HTTP and preprocessing.
+**Why batching does not help this model on a CPU.** The imagenet example's ONNX model takes uint8 pixels and
+normalizes them in its graph (since 2026-11-23: a quarter of the bytes to an inference server, see the split
+page); ONNX Runtime on one core is then ~8% *slower* per image at batch 4 or 8 than at 1 (the normalized batch
+no longer fits the cache). The in-process limit therefore runs batch 1, and so should a server: adaptive mode
+learns per-row cost by size and runs the cheapest (`GET /metadata` shows `learned_ms_per_row` and `best_size`;
+here best_size 1, mean batch 1.04). Peers with a fixed batch of 8 pay the 8%; pipeserve with batching on pays
+the bookkeeping of a batcher that runs batches of one (a future, a turn on the CPU lane, a concatenation, batch
+metrics: 1-7% in these runs). A model that is cheaper per row in batches (any GPU, the float32 network here:
+~3% at batch 8) gets batches.
 
-**What changed since the previous run.** Before, on a single core, CPU work went to a worker thread under load:
-every request paid a thread hop and the engine was preempted by the event loop's socket reads (9 context
-switches per request, measured). Now it runs on the event loop through a FIFO CPU lane, one job at a time with
-the sockets polled between jobs (`pipeserve/batching/lane.py`): +4% req/s against the previous code in the
-same interleaved session (80.0 vs 76.8 req/s, CPU 12.46 vs 12.98 ms per request), within 1-4% of the bare
-ASGI app. This machine moves by ±5% between runs, so compare rows of one table, not across tables.
+**Fixed since the previous run (2026-11-23).** Three bugs made adaptive batching pick big batches on one core:
+(1) a model that ran in a worker thread was timed by the clock while it shared the core with the event loop
+(a 6 ms run measured 19 ms), so batches of 8 looked cheap per row; engines with one thread are now costed by
+their thread's CPU time; (2) whether a model took turns on the CPU lane depended on its *full* batch estimate,
+which a cold warm-up could push over the 100 ms line (then it ran in a thread); now one row decides and each turn
+takes the rows that fit in 100 ms; (3) under an always-deep queue only full batches ever ran, so smaller sizes
+were never measured: adaptive mode now tries 1, 2, 4, ... too, and ties within 2% go to the smaller size (a
+size-1 estimate learned at low load, with cold caches, is the one that goes stale). Before: mean batch 4.9 and
+8% below batching off; after: mean batch 1.04.
+
+**Where the rest goes** (earlier measurements, CPU-seconds per request with servers interleaved on core 0): a
+bare ASGI app under uvicorn doing the same work inline reaches 90-99% of the limit across runs, pipeserve without
+batching is within ~2% of it (its pipeline adds ~0.15 ms per request, its REST layer ~0.1 ms); the rest is HTTP
+and the cache the engine loses to socket reads between requests, which no server on the same core avoids.
 """
 
 

@@ -241,5 +241,8 @@ async def test_a_single_threaded_cpu_model_is_costed_by_its_threads_cpu_time(tmp
         assert one < 0.02, f"{one} s: the sleep counted as cost"
         assert model.fastest_run_s is not None
         assert model.fastest_run_s >= 0.05, "wall time is still what it is"
+        learned = model.describe()["batching"]  # what /metadata shows
+        assert list(learned["learned_ms_per_row"]) == ["1"]
+        assert learned["best_size"] is None, "one size measured: nothing to compare yet"
     finally:
         await service.stop()
