@@ -33,7 +33,9 @@ def _load_build_module(path: Path) -> ModuleType:
 
 def _ensure_built(example: str, artifact: str, script: str) -> Path:
     directory = EXAMPLES / example
-    if not (directory / artifact).is_file():  # `make test` builds them first; a bare `pytest` builds here
+    built = directory / artifact
+    # `make test` builds them first; a bare `pytest` builds here, also when the build script changed since
+    if not built.is_file() or built.stat().st_mtime < (directory / script).stat().st_mtime:
         _load_build_module(directory / script).build()
     return directory
 

@@ -20,6 +20,7 @@ class _Fake(Runtime):
         self.batches: list[int] = []
         self.seen: list[float] = []  # the first column of every row run, to tell which requests ran
         self.batch_rows: list[list[float]] = []  # the same, batch by batch
+        self.threads: list[str] = []  # the thread each batch ran on
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -33,6 +34,7 @@ class _Fake(Runtime):
             rows = [float(v) for v in np.asarray(inputs["input"])[:, 0]]
             self.seen.extend(rows)
             self.batch_rows.append(rows)
+            self.threads.append(threading.current_thread().name)
 
 
 class EchoRuntime(_Fake):
@@ -75,3 +77,10 @@ class SlowRuntime(_Fake):
         self._record(inputs)
         time.sleep(float(self.options.extra.get("delay_s", 0.05)))
         return {"output": np.array(inputs["input"], copy=True)}
+
+
+class SleepOnCallingThreadRuntime(SlowRuntime):
+    """Claims to compute on the calling thread (as ONNX Runtime and TorchScript with one thread do), but sleeps:
+    its CPU time is ~0, which shows that such a runtime is costed by CPU time, not by the clock."""
+
+    computes_on_calling_thread: ClassVar[bool] = True

@@ -92,15 +92,16 @@ class LatencyModel:
 
     def estimate(self, size: int) -> float | None:
         """Seconds a batch of ``size`` rows takes, or ``None`` before any batch was seen."""
-        if size in self._by_size:
-            return self._by_size[size]
-        if not self._by_size:
+        learned = dict(self._by_size)  # a snapshot: worker threads may observe meanwhile
+        if size in learned:
+            return learned[size]
+        if not learned:
             return None
-        if len(self._by_size) == 1:
-            ((seen, seconds),) = self._by_size.items()
+        if len(learned) == 1:
+            ((seen, seconds),) = learned.items()
             return seconds * size / seen
-        sizes = list(self._by_size)
-        times = list(self._by_size.values())
+        sizes = list(learned)
+        times = list(learned.values())
         mean_x, mean_y = sum(sizes) / len(sizes), sum(times) / len(times)
         var = sum((x - mean_x) ** 2 for x in sizes)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, times, strict=True)) / var
@@ -127,7 +128,7 @@ class LatencyModel:
         On a CPU, per-row cost often stops falling (EfficientNet-Lite0 in ONNX Runtime) or rises (the same
         network in TorchScript: 27 ms at 1, 39 ms per image at 8, measured) as batches grow.
         """
-        per_row = {size: seconds / size for size, seconds in self._by_size.items() if size <= limit}
+        per_row = {size: seconds / size for size, seconds in dict(self._by_size).items() if size <= limit}
         if len(per_row) < 2:
             return None
         best = min(per_row.values())

@@ -136,8 +136,10 @@ class ModelNode:
         self._recent_run_s: deque[float] = deque(maxlen=32)
         #: A single-threaded CPU engine computes on the calling thread: its cost is that thread's CPU time, which
         #: time-sharing the core with the event loop (a worker thread on one core) does not inflate, as wall
-        #: time would. Others (engine threads, devices) are timed by the clock.
-        self._cpu_timed = self.on_cpu and all(r.options.intra_op_threads == 1 for r in self.replicas)
+        #: time would. Others (engine threads, devices, I/O) are timed by the clock.
+        self._cpu_timed = self.on_cpu and all(
+            r.computes_on_calling_thread and r.options.intra_op_threads == 1 for r in self.replicas
+        )
         self._recent_cost_s: deque[float] = deque(maxlen=32)
         self._locks = [threading.Lock() for _ in self.replicas]
         self._turn = itertools.count()
@@ -246,6 +248,14 @@ class ModelNode:
             "on the event loop" if self.runs_on_loop else "in a worker thread",
         )
 
+    def _fits_lane(self, merged: TensorDict) -> bool:
+        """A batch runs on the lane (holding the event loop) only when expected within the lane's budget; a
+        request of many rows that is not runs in a worker thread, still holding the lane (so no other CPU job
+        competes) while the loop keeps answering."""
+        assert self.lane is not None
+        expected = self._batcher.latency.estimate(_rows(merged)) if self._batcher is not None else None
+        return expected is None or expected <= self.lane.MAX_JOB_S
+
     def forget_warm_up(self) -> None:
         """Restart the batcher's cost model from the fastest warm-up run. An engine's first runs are cold
         (allocations, caches); their cost would make a batch of one look dearer than it is for a long time."""
@@ -335,8 +345,8 @@ class ModelNode:
             merged = items[0]
         else:
             merged = {name: np.concatenate([item[name] for item in items]) for name in self._input_names}
-        if self.runs_on_loop or self.lane is not None:  # with a lane, the batcher holds it while this runs
-            outputs = self._predict_timed(merged, replica)
+        if self.runs_on_loop or (self.lane is not None and self._fits_lane(merged)):
+            outputs = self._predict_timed(merged, replica)  # with a lane, the batcher holds it while this runs
         else:
             outputs = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._predict_timed, merged, replica
@@ -384,7 +394,7 @@ class ModelNode:
             "learned_ms_per_row": {
                 str(size): round(seconds / size * 1000, 3) for size, seconds in sorted(latency.by_size().items())
             },
-            "best_size": latency.best_size(self.policy.max_batch_size),
+            "best_size": latency.best_size(self.policy.max_batch_size) if self.policy.mode == "adaptive" else None,
         }
 
 

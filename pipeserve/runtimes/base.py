@@ -44,6 +44,10 @@ class Runtime(abc.ABC):
     releases_gil: ClassVar[bool] = True
     #: ``predict`` may be called from several threads at once.
     is_thread_safe: ClassVar[bool] = True
+    #: With ``intra_op_threads`` 1 the engine computes on the calling thread, so that thread's CPU time is the
+    #: batch's cost (time-sharing a core does not inflate it, as it does wall time). False for runtimes that may
+    #: wait on I/O or compute in threads of their own; they are timed by the clock.
+    computes_on_calling_thread: ClassVar[bool] = False
 
     def __init__(self, options: RuntimeOptions) -> None:
         self.options = options

@@ -19,6 +19,7 @@ class OnnxRuntime(Runtime):
     """
 
     name: ClassVar[str] = "onnx"
+    computes_on_calling_thread: ClassVar[bool] = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

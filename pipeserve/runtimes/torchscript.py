@@ -23,6 +23,7 @@ class TorchScriptRuntime(Runtime):
     """
 
     name: ClassVar[str] = "torchscript"
+    computes_on_calling_thread: ClassVar[bool] = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -218,16 +218,20 @@ async def test_on_one_core_batches_take_their_turn_on_the_loop(
         await service.stop()
 
 
-async def test_a_single_threaded_cpu_model_is_costed_by_its_threads_cpu_time(tmp_path: Path) -> None:
-    """What the batcher learns is the engine's CPU time, not the wall time a busy core stretches it to (a
-    worker thread sharing one core with the event loop): a model that sleeps 50 ms costs next to nothing. And
-    the cost model starts from the fastest warm-up run, not from the cold first ones."""
+@pytest.mark.parametrize(("runtime", "cpu_timed"), [("SleepOnCallingThreadRuntime", True), ("SlowRuntime", False)])
+async def test_an_engine_on_the_calling_thread_is_costed_by_cpu_time_others_by_the_clock(
+    tmp_path: Path, runtime: str, cpu_timed: bool
+) -> None:
+    """What the batcher learns for an engine that computes on the calling thread is that thread's CPU time, not
+    the wall time a busy core stretches it to (a worker thread sharing one core with the event loop): a model
+    that sleeps 50 ms costs next to nothing. A runtime that may wait on I/O or threads of its own keeps the
+    clock. The cost model starts from the fastest warm-up run, not from the cold first ones."""
     from pipeserve import InferenceService, load_spec
 
     (tmp_path / "weights.bin").write_bytes(b"\0")
     (tmp_path / "pipeline.yaml").write_text(
         "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
-        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
+        f"  - name: model\n    model_load_meta: {{runtime: 'tests.fakes:{runtime}', artifact: weights.bin,"
         " options: {delay_s: 0.05}}\n    batching: {max_batch_size: 4, mode: adaptive}\n"
     )
     service = InferenceService(load_spec(tmp_path))
@@ -238,11 +242,45 @@ async def test_a_single_threaded_cpu_model_is_costed_by_its_threads_cpu_time(tmp
         assert model.batcher.latency.sizes_seen == 1, "restarted from the warm-up's fastest run"
         one = model.batcher.latency.estimate(1)
         assert one is not None
-        assert one < 0.02, f"{one} s: the sleep counted as cost"
+        assert (one < 0.02) is cpu_timed, f"{one} s"
         assert model.fastest_run_s is not None
         assert model.fastest_run_s >= 0.05, "wall time is still what it is"
         learned = model.describe()["batching"]  # what /metadata shows
         assert list(learned["learned_ms_per_row"]) == ["1"]
         assert learned["best_size"] is None, "one size measured: nothing to compare yet"
+    finally:
+        await service.stop()
+
+
+async def test_on_one_core_a_request_too_big_for_the_lanes_budget_runs_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row fits the lane's 100 ms, so the model takes turns on the event loop; a request of 8 rows is expected
+    to take 8 times as long, so it runs in a worker thread (the loop keeps answering) while holding the lane."""
+    import asyncio
+
+    from pipeserve import InferenceService, load_spec
+    from pipeserve.pipeline import executor
+
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
+        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
+        " options: {delay_s: 0.04}}\n    batching: {max_batch_size: 8}\n"
+    )
+    monkeypatch.setattr(executor, "available_cores", lambda: 1)
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        model = service.pipeline.models[0]
+        assert model.lane is not None
+        fake = model.runtime
+        loop_thread = __import__("threading").current_thread().name
+        fake.threads.clear()  # type: ignore[attr-defined]
+        await service.predict([[1, 2]])
+        big = await asyncio.wait_for(service.predict([[i, i] for i in range(8)]), 10)
+        assert big.shape == (8, 2)
+        assert fake.threads[0] == loop_thread, "one row: on the event loop"  # type: ignore[attr-defined]
+        assert fake.threads[1] != loop_thread, "8 rows, ~0.32 s: in a worker thread"  # type: ignore[attr-defined]
     finally:
         await service.stop()
