@@ -3,9 +3,9 @@
 Writes, next to this file:
   models/efficientnet_lite0.onnx   the whole network (ONNX, opset 17, dynamic batch)
   models/embedding.pt              TorchScript: the network up to the pooled features (classifier = Identity)
-                                   Both take uint8 pixels [N, 3, 224, 224] and compute (x - 127) / 128 in their
-                                   own graph: the preprocessing ships a quarter of the bytes of float32, and the
-                                   normalization constants live in the model artifact, so they cannot drift from it.
+                                   (these two take uint8 pixels [N, 3, 224, 224] and compute (x - 127) / 128 in
+                                   their own graph: the preprocessing ships a quarter of float32's bytes, and the
+                                   normalization constants live in the model artifact, so they cannot drift from it)
   models/classifier.pt             TorchScript: the classifier head (1280 features -> 1000 logits)
   labels.txt                       the 1000 ImageNet class names, in class-id order
   samples/cat.jpg                  skimage's "chelsea" photo as JPEG (also copied to the repo root)

@@ -107,8 +107,8 @@ class Batcher(Generic[T, R]):
         self._batch_counter = 0
         self._explored = 0
         #: The sizes adaptive mode tries while it learns: max_batch_size, 1, 2, 4, ... below it.
-        self._ladder = [policy.max_batch_size, *(1 << i for i in range(policy.max_batch_size.bit_length()))]
-        self._ladder = list(dict.fromkeys(s for s in self._ladder if s <= policy.max_batch_size))
+        powers = (1 << i for i in range(policy.max_batch_size.bit_length()))
+        self._ladder = [policy.max_batch_size, *(size for size in powers if size < policy.max_batch_size)]
         self._closing = False
         #: Held around taking and running each batch, when set (see the class docstring).
         self.gate: AbstractAsyncContextManager[None] | None = None
@@ -228,8 +228,9 @@ class Batcher(Generic[T, R]):
             return policy.max_batch_size
         best = self.latency.best_size(policy.max_batch_size)
         if best is None or self._batch_counter % EXPLORE_EVERY == 0:
+            size = self._ladder[self._explored % len(self._ladder)]
             self._explored += 1
-            return self._ladder[(self._explored - 1) % len(self._ladder)]
+            return size
         return best
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:

@@ -186,6 +186,17 @@ async def test_several_cores_always_use_the_worker_thread(tmp_path: Path, monkey
         await service.stop()
 
 
+def _fake_model_spec(spec_dir: Path, runtime: str, delay_s: float, batching: str) -> Path:
+    """A pipeline of one fake model (tests/fakes.py) on rows of 2 numbers, sleeping ``delay_s`` per batch."""
+    (spec_dir / "weights.bin").write_bytes(b"\0")
+    (spec_dir / "pipeline.yaml").write_text(
+        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
+        f"  - name: model\n    model_load_meta: {{runtime: 'tests.fakes:{runtime}', artifact: weights.bin,"
+        f" options: {{delay_s: {delay_s}}}}}\n    batching: {batching}\n"
+    )
+    return spec_dir
+
+
 @pytest.mark.parametrize(("cores", "on_lane"), [(1, True), (2, False)])
 async def test_on_one_core_batches_take_their_turn_on_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, on_lane: bool
@@ -195,14 +206,9 @@ async def test_on_one_core_batches_take_their_turn_on_the_loop(
     from pipeserve import InferenceService, load_spec
     from pipeserve.pipeline import executor
 
-    (tmp_path / "weights.bin").write_bytes(b"\0")
-    (tmp_path / "pipeline.yaml").write_text(
-        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
-        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
-        " options: {delay_s: 0.002}}\n    batching: {max_batch_size: 4}\n"
-    )
+    spec = _fake_model_spec(tmp_path, "SlowRuntime", 0.002, "{max_batch_size: 4}")
     monkeypatch.setattr(executor, "available_cores", lambda: cores)
-    service = InferenceService(load_spec(tmp_path))
+    service = InferenceService(load_spec(spec))
     await service.start()
     try:
         model = service.pipeline.models[0]
@@ -228,13 +234,8 @@ async def test_an_engine_on_the_calling_thread_is_costed_by_cpu_time_others_by_t
     clock. The cost model starts from the fastest warm-up run, not from the cold first ones."""
     from pipeserve import InferenceService, load_spec
 
-    (tmp_path / "weights.bin").write_bytes(b"\0")
-    (tmp_path / "pipeline.yaml").write_text(
-        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
-        f"  - name: model\n    model_load_meta: {{runtime: 'tests.fakes:{runtime}', artifact: weights.bin,"
-        " options: {delay_s: 0.05}}\n    batching: {max_batch_size: 4, mode: adaptive}\n"
-    )
-    service = InferenceService(load_spec(tmp_path))
+    spec = _fake_model_spec(tmp_path, runtime, 0.05, "{max_batch_size: 4, mode: adaptive}")
+    service = InferenceService(load_spec(spec))
     await service.start()
     try:
         model = service.pipeline.models[0]
@@ -258,29 +259,25 @@ async def test_on_one_core_a_request_too_big_for_the_lanes_budget_runs_in_a_thre
     """A row fits the lane's 100 ms, so the model takes turns on the event loop; a request of 8 rows is expected
     to take 8 times as long, so it runs in a worker thread (the loop keeps answering) while holding the lane."""
     import asyncio
+    import threading
 
     from pipeserve import InferenceService, load_spec
     from pipeserve.pipeline import executor
 
-    (tmp_path / "weights.bin").write_bytes(b"\0")
-    (tmp_path / "pipeline.yaml").write_text(
-        "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
-        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
-        " options: {delay_s: 0.04}}\n    batching: {max_batch_size: 8}\n"
-    )
+    spec = _fake_model_spec(tmp_path, "SlowRuntime", 0.04, "{max_batch_size: 8}")
     monkeypatch.setattr(executor, "available_cores", lambda: 1)
-    service = InferenceService(load_spec(tmp_path))
+    service = InferenceService(load_spec(spec))
     await service.start()
     try:
         model = service.pipeline.models[0]
         assert model.lane is not None
-        fake = model.runtime
-        loop_thread = __import__("threading").current_thread().name
-        fake.threads.clear()  # type: ignore[attr-defined]
+        fake: Any = model.runtime
+        loop_thread = threading.current_thread().name
+        fake.threads.clear()
         await service.predict([[1, 2]])
         big = await asyncio.wait_for(service.predict([[i, i] for i in range(8)]), 10)
         assert big.shape == (8, 2)
-        assert fake.threads[0] == loop_thread, "one row: on the event loop"  # type: ignore[attr-defined]
-        assert fake.threads[1] != loop_thread, "8 rows, ~0.32 s: in a worker thread"  # type: ignore[attr-defined]
+        assert fake.threads == [loop_thread, fake.threads[1]], "one row: on the event loop"
+        assert fake.threads[1] != loop_thread, "8 rows, ~0.32 s: in a worker thread"
     finally:
         await service.stop()
