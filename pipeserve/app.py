@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeserve._allocator import tune_allocator
 from pipeserve.config import InferServerSettings, ServerSettings, WorkerSettings
 from pipeserve.errors import SpecError
 from pipeserve.jobs import JobWorker, RedisJobQueue, WebhookSender
@@ -91,9 +92,16 @@ def gateway_remotes(
     return remotes
 
 
+def _start_process(settings: ServerSettings | InferServerSettings | WorkerSettings) -> None:
+    """What every server process does first: its logging, and the allocator (inherited by forked workers)."""
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.tune_allocator:
+        tune_allocator()
+
+
 def serve(settings: ServerSettings) -> None:
     """Serve the REST API: uvicorn in this process for one worker, gunicorn with uvicorn workers for several."""
-    configure_logging(settings.log_level, settings.log_format)
+    _start_process(settings)
     load_spec(settings.spec_dir)  # fail here, with the spec's error, before any process starts
     if settings.workers == 1:
         _serve_uvicorn(settings)
@@ -219,7 +227,7 @@ def build_model_service(settings: InferServerSettings, metrics: Metrics | None =
 
 def serve_infer(settings: InferServerSettings) -> None:
     """Serve v2 HTTP (uvicorn) and gRPC from one event loop until SIGINT/SIGTERM."""
-    configure_logging(settings.log_level, settings.log_format)
+    _start_process(settings)
     asyncio.run(_serve_infer(settings))
 
 
@@ -230,7 +238,7 @@ async def _serve_infer(settings: InferServerSettings) -> None:
     service = build_model_service(settings, metrics)
     names = ",".join(sorted(service.repository.models))
     tracing.configure_tracing(f"pipeserve infer {names}")
-    grpc_server = await start_grpc_server(service, settings.host, settings.grpc_port)
+    grpc_server = await start_grpc_server(service, settings.host, settings.grpc_port, engine=settings.grpc_server)
 
     async def startup() -> None:
         await service.start()
@@ -267,7 +275,7 @@ async def _serve_infer(settings: InferServerSettings) -> None:
 
 def run_worker(settings: WorkerSettings) -> int:
     """Run jobs from the Redis queue until SIGINT/SIGTERM; the exit code (1: the pipeline never became ready)."""
-    configure_logging(settings.log_level, settings.log_format)
+    _start_process(settings)
     return asyncio.run(_run_worker(settings))
 
 

@@ -21,6 +21,10 @@ def _env(name: str, seed_name: str) -> AliasChoices:
     return AliasChoices(f"PIPESERVE_{name.upper()}", seed_name)
 
 
+#: Which gRPC server an inference server runs (``pipeserve.server.v2.grpc.start_grpc_server``).
+GrpcEngine = Literal["native", "grpcio"]
+
+
 class _ProcessSettings(BaseSettings):
     """What every pipeserve server process shares: bind address, logging, threads, deadlines, shutdown."""
 
@@ -39,6 +43,10 @@ class _ProcessSettings(BaseSettings):
         default=60.0,
         gt=0,
         description="A request's deadline unless it sends X-Request-Timeout-Ms; queued work past it never runs (504).",
+    )
+    tune_allocator: bool = Field(
+        default=True,
+        description="Keep large freed buffers in glibc's heap instead of faulting them in again per request.",
     )
 
     @field_validator("log_level", mode="before")
@@ -179,6 +187,10 @@ class InferServerSettings(_ProcessSettings):
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_in_flight: int = Field(default=512, ge=1)
     warmup_runs: int = Field(default=3, ge=0, le=1000)
+    grpc_server: GrpcEngine = Field(
+        default="native",
+        description="native: gRPC served on the event loop; grpcio: grpc.aio's server (threads of its own).",
+    )
 
     @field_validator("spec_dir", "repository")
     @classmethod

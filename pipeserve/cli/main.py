@@ -100,6 +100,12 @@ def serve(spec_dir: Path, **options: Any) -> None:
 @click.option("--host", default=None, help="Bind address [env HOST; default 127.0.0.1].")
 @click.option("--http-port", type=int, default=None, help="v2 HTTP port [8012].")
 @click.option("--grpc-port", type=int, default=None, help="v2 gRPC port [50051].")
+@click.option(
+    "--grpc-server",
+    type=click.Choice(["native", "grpcio"]),
+    default=None,
+    help="native: gRPC on the event loop; grpcio: grpc.aio's server [native].",
+)
 @click.option("--log-level", default=None, help="critical|error|warning|info|debug [env LOGLEVEL; default info].")
 @click.option("--log-format", type=click.Choice(["json", "text"]), default=None, help="Log line format [json].")
 def serve_infer(spec_dir: Path | None, **options: Any) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeserve._allocator import tune_allocator
 from pipeserve.errors import InvalidInput, NodeFailed, PipeserveError
 from pipeserve.offline.io import (
     InputOptions,
@@ -291,6 +292,7 @@ def _worker_main(options: ScoreOptions, tasks: Any, results: Any, cpu: int | Non
         with contextlib.suppress(AttributeError, OSError):
             os.sched_setaffinity(0, {cpu})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    tune_allocator()
     asyncio.run(_worker_loop(options, tasks, results, threads))
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 import pytest
 
+from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, InvalidInput, Overloaded
 from pipeserve.pipeline.loader import load_spec
 from pipeserve.pipeline.release import fingerprint
@@ -150,24 +151,30 @@ async def repo_http(repo_service: ModelService) -> AsyncIterator[httpx.AsyncClie
         yield client
 
 
-async def serve_grpc(service: ModelService) -> AsyncIterator[str]:
+async def serve_grpc(service: ModelService, engine: GrpcEngine) -> AsyncIterator[str]:
     address = f"127.0.0.1:{free_port()}"
-    server = await start_grpc_server(service, "127.0.0.1", int(address.rsplit(":", 1)[1]))
+    server = await start_grpc_server(service, "127.0.0.1", int(address.rsplit(":", 1)[1]), engine=engine)
     try:
         yield address
     finally:
         await server.stop(None)
 
 
+#: Every gRPC test runs against both servers: ours on the event loop (the default) and grpc.aio's.
+@pytest.fixture(params=["native", "grpcio"])
+def engine(request: pytest.FixtureRequest) -> GrpcEngine:
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-async def spec_grpc(spec_service: ModelService) -> AsyncIterator[str]:
-    async for address in serve_grpc(spec_service):
+async def spec_grpc(spec_service: ModelService, engine: GrpcEngine) -> AsyncIterator[str]:
+    async for address in serve_grpc(spec_service, engine):
         yield address
 
 
 @pytest.fixture
-async def repo_grpc(repo_service: ModelService) -> AsyncIterator[str]:
-    async for address in serve_grpc(repo_service):
+async def repo_grpc(repo_service: ModelService, engine: GrpcEngine) -> AsyncIterator[str]:
+    async for address in serve_grpc(repo_service, engine):
         yield address
 
 
@@ -818,10 +825,10 @@ async def test_grpc_loading_an_unknown_model_is_not_found(repo_grpc: str, stub_f
 
 
 async def test_grpc_deadline_and_overload_have_their_own_codes(
-    make_service: ServiceFactory, repo_dir: Path, stub_for: Callable[[str], Stub]
+    make_service: ServiceFactory, repo_dir: Path, stub_for: Callable[[str], Stub], engine: GrpcEngine
 ) -> None:
     service = await make_service(ModelRepository.from_directory(repo_dir), max_in_flight=1)
-    async for address in serve_grpc(service):
+    async for address in serve_grpc(service, engine):
         stub = stub_for(address)
         slow = grpc_codec.build_request("slow", "", {"DELAY": np.array([0.4], np.float32)})
         timed = grpc_codec.build_request(
@@ -855,9 +862,14 @@ async def test_the_grpc_client_maps_errors_for_the_pool(
         await client.infer("iris", "", good, None, 5.0)
 
 
-async def test_start_grpc_server_on_a_taken_port_raises_oserror(spec_service: ModelService) -> None:
+async def test_start_grpc_server_on_a_taken_port_raises_oserror(spec_service: ModelService, engine: GrpcEngine) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         with pytest.raises(OSError, match="cannot bind gRPC"):
-            await start_grpc_server(spec_service, "127.0.0.1", taken.getsockname()[1])
+            await start_grpc_server(spec_service, "127.0.0.1", taken.getsockname()[1], engine=engine)
+
+
+async def test_an_unknown_grpc_engine_is_refused(spec_service: ModelService) -> None:
+    with pytest.raises(ValueError, match="'native' or 'grpcio'"):
+        await start_grpc_server(spec_service, "127.0.0.1", 0, engine="fast")  # type: ignore[arg-type]

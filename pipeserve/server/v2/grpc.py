@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, PipeserveError
 from pipeserve.observability import tracing
 from pipeserve.observability.context import accept_request_id, request_id_var
+from pipeserve.server.v2.grpc_server import GrpcServer, UnaryMethod
+from pipeserve.server.v2.http2 import Http2Limits
 from pipeserve.service.models import ModelService
 from pipeserve.v2 import RELEASE_PARAMETER, grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
-from pipeserve.v2.grpc_service import MESSAGE_OPTIONS, add_servicer
+from pipeserve.v2.grpc_service import MAX_MESSAGE_BYTES, MESSAGE_OPTIONS, METHODS, SERVICE, add_servicer
 
 logger = logging.getLogger("pipeserve.server.grpc")
 T = TypeVar("T")
@@ -130,10 +133,33 @@ def _timeout(context: Any, parameters: dict[str, Any]) -> float | None:
     return min(candidates) if candidates else None
 
 
-async def start_grpc_server(service: ModelService, host: str, port: int) -> grpc.aio.Server:
-    """Bind and start the gRPC server (message limits raised to 1 GiB). Raises OSError if the port is taken."""
+class GrpcServerHandle(Protocol):
+    """A started gRPC server, whichever engine runs it."""
+
+    async def stop(self, grace: float | None) -> None: ...
+
+
+async def start_grpc_server(
+    service: ModelService, host: str, port: int, *, engine: GrpcEngine = "native"
+) -> GrpcServerHandle:
+    """Bind and start the gRPC server (messages up to 1 GiB). Raises OSError if the port is taken.
+
+    ``native`` (the default) serves on the event loop (``grpc_server.py``); ``grpcio`` uses ``grpc.aio``'s server,
+    whose threads cost a single-core inference server 10-15% of its throughput (docs/benchmarks/split.md).
+    """
+    servicer = GrpcInferenceServicer(service)
+    if engine == "native":
+        methods = {
+            f"/{SERVICE}/{name}": UnaryMethod(getattr(servicer, name), req.FromString, resp.SerializeToString)
+            for name, (req, resp) in METHODS.items()
+        }
+        native = GrpcServer(methods, limits=Http2Limits(max_body_bytes=MAX_MESSAGE_BYTES + 5))
+        await native.start(host, port)
+        return native
+    if engine != "grpcio":
+        raise ValueError(f"grpc engine must be 'native' or 'grpcio', got {engine!r}")
     server = grpc.aio.server(options=[*MESSAGE_OPTIONS, ("grpc.so_reuseport", 0)])
-    add_servicer(server, GrpcInferenceServicer(service))
+    add_servicer(server, servicer)
     address = f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
