@@ -116,6 +116,7 @@ class Batcher(Generic[T, R]):
         self.gate_budget_s: float | None = None
         self.latency = LatencyModel()
         self._arrivals = ArrivalRate()
+        self._running = 0  # batches in progress
 
     async def __aenter__(self) -> Batcher[T, R]:
         await self.start()
@@ -172,6 +173,45 @@ class Batcher(Generic[T, R]):
     async def submit_traced(self, item: T, *, deadline_s: float | None = None) -> Traced[R]:
         """``submit``, also returning the batch the item ran in and its own queue wait."""
         result, info, wait_s = await self._enqueue(item, deadline_s)
+        return Traced(result, info, wait_s)
+
+    def runs_alone(self) -> bool:
+        """Whether an item submitted now would be the next batch, alone: nothing queued or running, and batches of
+        one are what this batcher runs (``max_batch_size`` 1, or adaptive mode found one row cheapest per row and is
+        not due to try another size). Then ``run_alone`` gives the same answer without the queue's hops.
+        """
+        if self._wakeup is None or self._closing or self._queue or self._running:
+            return False
+        policy = self.policy
+        if policy.max_batch_size == 1:
+            return True
+        return (
+            policy.mode == "adaptive"
+            and self._batch_counter % EXPLORE_EVERY != 0
+            and self.latency.best_size(policy.max_batch_size) == 1
+        )
+
+    async def run_alone(self, item: T, *, deadline_s: float | None = None) -> Traced[R]:
+        """Run ``item`` as a batch of its own, now, on worker 0: for when ``runs_alone()`` (the caller checks, and
+        holds the gate if there is one). Counted, timed and reported like any batch.
+
+        Raises:
+            DeadlineExceeded: the deadline has passed already.
+            Exception: whatever the batch function raised.
+        """
+        now = time.monotonic()
+        if deadline_s is not None and now >= deadline_s:
+            raise DeadlineExceeded(f"the request's deadline passed before {self.name} ran it")
+        future: asyncio.Future[tuple[R, BatchInfo, float]] = asyncio.get_running_loop().create_future()
+        entry = _Pending(item, self._size_of(item) if self._size_of is not None else 1, future, deadline_s, now)
+        self._arrivals.arrived(now)
+        try:
+            await self._run([entry], 0)
+        except asyncio.CancelledError:
+            if future.done():
+                future.exception()  # retrieved: the caller is going away with CancelledError instead
+            raise
+        result, info, wait_s = future.result()  # _run resolved it, with the result or the batch's error
         return Traced(result, info, wait_s)
 
     def _enqueue(self, item: T, deadline_s: float | None) -> asyncio.Future[tuple[R, BatchInfo, float]]:
@@ -294,6 +334,7 @@ class Batcher(Generic[T, R]):
         batch_id = self._batch_counter
         started = time.monotonic()
         rows = sum(entry.size for entry in batch)
+        self._running += 1
         try:
             results = await self._fns[worker]([entry.item for entry in batch])
             if len(results) != len(batch):
@@ -306,6 +347,8 @@ class Batcher(Generic[T, R]):
         except Exception as exc:  # noqa: BLE001 - the error belongs to every caller of this batch
             _fail(batch, exc)
             return
+        finally:
+            self._running -= 1
         run_s = time.monotonic() - started
         if self._learns_latency:
             self.latency.observe(rows, run_s)

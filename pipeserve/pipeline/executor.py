@@ -45,11 +45,17 @@ class _SyncSegment:
     hop; the segment runs on the loop instead, when its turn comes on the pipeline's ``CpuLane`` (FIFO, one
     job at a time, the loop's I/O polled between jobs). Only segments that typically take under
     ``CpuLane.MAX_JOB_S`` do; longer ones keep the thread, so that the loop keeps answering meanwhile.
+
+    ``then_model``: the last node is a batched model on the same lane, fed by this segment alone. When its batcher
+    would run the request alone and next anyway (adaptive batching found batches of one cheapest), it runs in the
+    same turn as the nodes before it, as it would without batching: no second turn, no queue. Otherwise the request
+    leaves the lane and queues for a batch like any other.
     """
 
     nodes: tuple[Node, ...]
     inline: bool
     on_lane: bool = False
+    then_model: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +257,8 @@ class Pipeline:
                 flush()
             run.append(node)
         flush()
+        if self._single_core and not self._warming:
+            segments = self._fuse_lane_models(segments, consumers)
         firsts = [s.nodes[0].name if isinstance(s, _SyncSegment) else s.node.name for s in segments]
         sources = tuple(graph.deps[name] for name in firsts)
         keys = tuple(graph.keys[name] for name in firsts)
@@ -258,6 +266,31 @@ class Pipeline:
         expected = [(INPUT,), *[(last,) for last in lasts[:-1]]]
         is_chain = list(sources) == expected and all(k is None for k in keys) and not self._optional & set(order)
         return _Plan(endpoint, order[-1], tuple(segments), sources, keys, is_chain)
+
+    def _fuse_lane_models(
+        self, segments: list[_SyncSegment | _AsyncSegment], consumers: Mapping[str, int]
+    ) -> list[_SyncSegment | _AsyncSegment]:
+        """A lane segment followed by the batched model it alone feeds (on the same lane) becomes one segment whose
+        model may run in the same turn (``_SyncSegment.then_model``)."""
+        fused: list[_SyncSegment | _AsyncSegment] = []
+        for segment in segments:
+            previous = fused[-1] if fused else None
+            model = segment.node if isinstance(segment, _AsyncSegment) else None
+            if (
+                isinstance(previous, _SyncSegment)
+                and previous.on_lane
+                and not previous.then_model
+                and isinstance(model, ModelNode)
+                and model.lane is self._lane
+                and self.graph.deps[model.name] == (previous.nodes[-1].name,)
+                and self.graph.keys[model.name] is None
+                and consumers[previous.nodes[-1].name] == 1
+                and not self._optional & {model.name, previous.nodes[-1].name}
+            ):
+                fused[-1] = _SyncSegment((*previous.nodes, model), inline=False, on_lane=True, then_model=True)
+                continue
+            fused.append(segment)
+        return fused
 
     def _lane_segment(self, segment: _SyncSegment) -> _SyncSegment:
         times = self._segment_times.get(tuple(node.name for node in segment.nodes), [])
@@ -338,6 +371,13 @@ class Pipeline:
             return await self._run_async(segment.node, value)
         if segment.inline:
             return self._run_sync(segment.nodes, value)
+        if segment.then_model:
+            *nodes, model = segment.nodes
+            async with self._lane:
+                value = self._run_sync(tuple(nodes), value)
+                if model.runs_alone(holds_lane=True):  # type: ignore[union-attr]  # a ModelNode (see _fuse_lane_models)
+                    return await self._run_async(model, value, holds_lane=True)
+            return await self._run_async(model, value)
         if segment.on_lane:
             async with self._lane:
                 return self._run_sync(segment.nodes, value)
@@ -361,8 +401,10 @@ class Pipeline:
                 value = node.call(value)
         return value
 
-    async def _run_async(self, node: Node, value: Any) -> Any:
+    async def _run_async(self, node: Node, value: Any, *, holds_lane: bool = False) -> Any:
         with _NodeRun(self, node):
+            if holds_lane:
+                return await node.acall(value, holds_lane=True)  # type: ignore[union-attr,call-arg]  # a ModelNode
             return await node.acall(value)  # type: ignore[union-attr]  # only async nodes get here
 
     def _observe(self, node: str, started: float, *, failed: bool) -> None:
@@ -382,6 +424,8 @@ class Pipeline:
                     where = "event loop" if segment.inline else "worker thread"
                     if segment.on_lane:
                         where = "event loop, one job at a time (single core)"
+                    if segment.then_model:
+                        where += f"; {segment.nodes[-1].name} in the same turn when it runs batches of one"
                     groups.append({"nodes": [n.name for n in segment.nodes], "runs_in": where})
                 else:
                     groups.append({"nodes": [segment.node.name], "runs_in": "awaited (batcher or async handler)"})

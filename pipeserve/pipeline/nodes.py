@@ -302,14 +302,32 @@ class ModelNode:
         if self.on_batch is not None:
             self.on_batch(self, info)
 
-    async def acall(self, value: Any) -> Any:
-        return self._select(await self.infer(self.check_inputs(value)))
+    async def acall(self, value: Any, *, holds_lane: bool = False) -> Any:
+        return self._select(await self.infer(self.check_inputs(value), holds_lane=holds_lane))
 
-    async def infer(self, tensors: TensorDict) -> TensorDict:
-        """One request's named tensors through the batcher; every output (an inference server selects its own)."""
-        if self._batcher is None:
+    def runs_alone(self, *, holds_lane: bool = False) -> bool:
+        """Whether a request now would run as a batch of its own at once, so ``infer`` skips the queue: the batcher
+        would run it next and alone (``Batcher.runs_alone``), and it may run here: on the event loop, or on the CPU
+        lane that the caller holds."""
+        batcher = self._batcher
+        if batcher is None or not (self.runs_on_loop or (holds_lane and self.lane is not None)):
+            return False
+        return batcher.runs_alone()
+
+    async def infer(self, tensors: TensorDict, *, holds_lane: bool = False) -> TensorDict:
+        """One request's named tensors through the batcher; every output (an inference server selects its own).
+
+        When the request would run alone and next anyway, it runs at once (no queue, no hand-over to the batcher's
+        task): same answer, same batch accounting, ~50 us less per request. ``holds_lane``: the caller holds this
+        node's CPU lane (a single core's turn), so a lane-gated model may run in it.
+        """
+        batcher = self._batcher
+        if batcher is None:
             raise NotReady(f"model {self.name!r} is not started")
-        traced = await self._batcher.submit_traced(tensors, deadline_s=request_deadline.get())
+        if self.runs_alone(holds_lane=holds_lane):
+            traced = await batcher.run_alone(tensors, deadline_s=request_deadline.get())
+        else:
+            traced = await batcher.submit_traced(tensors, deadline_s=request_deadline.get())
         annotations = request_annotations.get()
         if annotations is not None:
             annotations.setdefault("batches", {})[self.name] = {

@@ -281,3 +281,52 @@ async def test_on_one_core_a_request_too_big_for_the_lanes_budget_runs_in_a_thre
         assert fake.threads[1] != loop_thread, "8 rows, ~0.32 s: in a worker thread"
     finally:
         await service.stop()
+
+
+@pytest.mark.parametrize("batches_of_one_cheapest", [True, False])
+async def test_on_one_core_a_model_that_runs_batches_of_one_runs_in_its_preprocessings_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches_of_one_cheapest: bool
+) -> None:
+    """Preprocessing (a handler) then an adaptively batched model, on one core: once the batcher has learned that
+    a batch of one costs least per row, each request takes one turn on the CPU lane, preprocessing and model
+    together, as it would without batching; otherwise the model takes a turn of its own, with whatever queued."""
+    import threading
+
+    from pipeserve import InferenceService, load_spec
+    from pipeserve.pipeline import executor
+
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "prep.py").write_text("def predict(data):\n    return [[float(v) * 10 for v in row] for row in data]\n")
+    (tmp_path / "pipeline.yaml").write_text(
+        "pipeline:\n  name: fused\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
+        "  - name: prep\n    model_load_meta: {handler_module: prep}\n"
+        "  - name: model\n    model_load_meta: {runtime: 'tests.fakes:SlowRuntime', artifact: weights.bin,"
+        " options: {delay_s: 0.001}}\n"
+        "    batching: {max_batch_size: 4, max_latency_ms: 5, mode: adaptive}\n"
+    )
+    monkeypatch.setattr(executor, "available_cores", lambda: 1)
+    service = InferenceService(load_spec(tmp_path))
+    await service.start()
+    try:
+        model = service.pipeline.models[0]
+        assert model.lane is not None
+        assert model.batcher is not None
+        assert "model in the same turn" in service.pipeline.execution_plan()["predict"][0]["runs_in"]
+        latency = model.batcher.latency
+        latency.forget()
+        latency.observe(1, 0.001)
+        latency.observe(4, 0.008 if batches_of_one_cheapest else 0.002)
+        model.batcher._batch_counter = 1  # not due to explore
+        fake: Any = model.runtime
+        fake.batches.clear()
+        fake.threads.clear()
+        jobs = model.lane.jobs
+        for i in range(5):
+            answer = await service.predict([[i, i + 1]])
+            assert answer.tolist() == [float(i * 10), float((i + 1) * 10)]
+        turns = model.lane.jobs - jobs
+        assert fake.batches == [1] * 5
+        assert fake.threads == [threading.current_thread().name] * 5, "on the event loop, no thread hop"
+        assert turns == (5 if batches_of_one_cheapest else 10), f"{turns} lane turns for 5 requests"
+    finally:
+        await service.stop()

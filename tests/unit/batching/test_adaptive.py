@@ -214,3 +214,72 @@ def test_a_tie_within_two_percent_goes_to_the_smaller_size() -> None:
     assert model.best_size(8) == 4
     model.observe(4, 0.0256)  # now dearer per row than 1 and 2
     assert model.best_size(8) == 1
+
+
+async def test_an_idle_batcher_of_batches_of_one_runs_an_item_alone_at_once() -> None:
+    """``run_alone`` is the queue's answer without the queue: counted, timed, reported, the batch's error raised."""
+    seen: list[int] = []
+    reported: list[int] = []
+
+    async def double(items: list[int]) -> list[int]:
+        seen.extend(items)
+        if 13 in items:
+            raise ValueError("unlucky")
+        return [2 * i for i in items]
+
+    batcher = Batcher(double, BatchPolicy(max_batch_size=1), on_batch=lambda info: reported.append(info.size))
+    assert not batcher.runs_alone(), "not started"
+    async with batcher:
+        assert batcher.runs_alone()
+        traced = await batcher.run_alone(21)
+        assert (traced.result, traced.batch.size, traced.batch.batch_id) == (42, 1, 1)
+        with pytest.raises(ValueError, match="unlucky"):
+            await batcher.run_alone(13)
+        with pytest.raises(DeadlineExceeded):
+            await batcher.run_alone(7, deadline_s=time.monotonic() - 1)
+        assert seen == [21, 13], "an expired item never runs"
+        assert reported == [1], "the failed batch reports no result"
+        assert (await batcher.submit(5)) == 10, "the queue still works"
+
+
+async def test_an_item_runs_alone_only_when_nothing_is_queued_or_running() -> None:
+    release = asyncio.Event()
+
+    async def held(items: list[int]) -> list[int]:
+        await release.wait()
+        return items
+
+    async with Batcher(held, BatchPolicy(max_batch_size=1)) as batcher:
+        first = asyncio.create_task(batcher.submit(1))
+        await asyncio.sleep(0.01)
+        assert not batcher.runs_alone(), "a batch is running"
+        second = asyncio.create_task(batcher.submit(2))
+        await asyncio.sleep(0)
+        assert not batcher.runs_alone(), "an item is queued: it goes first (FIFO)"
+        release.set()
+        assert await asyncio.gather(first, second) == [1, 2]
+        assert batcher.runs_alone()
+
+
+async def test_adaptive_mode_runs_items_alone_once_batches_of_one_are_cheapest_except_when_exploring() -> None:
+    async def echo(items: list[int]) -> list[int]:
+        return items
+
+    async with Batcher(echo, BatchPolicy(max_batch_size=4, mode="adaptive"), learns_latency=False) as batcher:
+        batcher._batch_counter = 1  # past the first batch, which explores
+        assert not batcher.runs_alone(), "nothing learned yet"
+        batcher.latency.observe(1, 0.010)
+        batcher.latency.observe(4, 0.048)  # 12 ms per row at 4: batches of one are cheaper
+        assert batcher.runs_alone()
+        batcher._batch_counter = 64
+        assert not batcher.runs_alone(), "every 64th batch tries another size, through the queue"
+        batcher._batch_counter = 65
+        batcher.latency.observe(4, 0.020)
+        batcher.latency.observe(4, 0.020)
+        batcher.latency.observe(4, 0.020)  # now ~5-6 ms per row at 4: batching pays
+        assert not batcher.runs_alone()
+    fixed = Batcher(echo, BatchPolicy(max_batch_size=4, mode="fixed"))
+    async with fixed:
+        fixed.latency.observe(1, 0.001)
+        fixed.latency.observe(4, 0.100)
+        assert not fixed.runs_alone(), "fixed mode always batches what is queued"
