@@ -13,10 +13,12 @@ interleaved (repeat -> concurrency -> contender); the table reports medians over
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -26,7 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.run import LUA, PROCESS_GROUPS, ROOT, free_port, server, wrk
-from bench.split import only
+
+
+def only(urls: set[str]) -> None:
+    """Let the servers behind ``urls`` run and freeze every other one (idle servers still use the core)."""
+    for url, group in PROCESS_GROUPS.items():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGCONT if url in urls else signal.SIGSTOP)
+
 
 PY = sys.executable
 EXAMPLE = ROOT / "examples" / "iris_ensemble"

@@ -45,6 +45,7 @@ def build_rest_app(settings: ServerSettings) -> RestApp:
             urls,
             release_check=settings.release_check,
             call_timeout_s=settings.infer_timeout_s,
+            grpc_engine=settings.grpc_client,
             start_timeout_s=settings.infer_start_timeout_s,
         )
 

@@ -120,6 +120,10 @@ class ServerSettings(_ProcessSettings):
         "that report none (MLServer, Triton), relying on the golden check across the split at warm-up.",
     )
     infer_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for one inference call.")
+    grpc_client: GrpcEngine = Field(
+        default="native",
+        description="How grpc:// endpoints are called: native (from the event loop) or grpcio (grpc.aio's channel).",
+    )
     infer_start_timeout_s: float = Field(
         default=60.0, gt=0, description="How long startup waits for an inference endpoint serving our release."
     )

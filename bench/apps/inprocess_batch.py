@@ -1,8 +1,9 @@
 """The in-process limit for imagenet: preprocessing and the engine in a loop, no HTTP, at a given batch size.
 
     python -m bench.apps.inprocess_batch ENGINE BATCH BODY DURATION_S      (ENGINE: onnx | torchscript)
+    python -m bench.apps.inprocess_batch --serve ENGINE BODY               (then lines "BATCH DURATION_S")
 
-Prints JSON {"rps": images per second, "p50_ms": ..., "p99_ms": ...} (latency of one batch).
+Prints JSON {"rps": images per second, "p50_ms": ..., "p99_ms": ...} (latency of one batch), once per measurement.
 """
 
 from __future__ import annotations
@@ -36,34 +37,47 @@ def engine(name: str) -> Any:
     return run
 
 
-def main(name: str, batch: int, body_path: str, duration_s: float) -> None:
+def runner(name: str, body_path: str) -> Any:
     body = open(body_path, "rb").read()  # noqa: SIM115 - read once
     run = engine(name)
 
-    def one_batch() -> Any:
+    def one_batch(batch: int) -> Any:
         images = [preprocess_image(orjson.loads(body)["data"]) for _ in range(batch)]
         logits = run(np.concatenate(images))
         return np.asarray(logits).argmax(axis=-1)
 
-    for _ in range(5):
-        one_batch()
-    latencies = []
-    started = time.perf_counter()
-    while time.perf_counter() - started < duration_s:
-        t0 = time.perf_counter()
-        one_batch()
-        latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - started
-    print(
-        json.dumps(
-            {
-                "rps": len(latencies) * batch / elapsed,
-                "p50_ms": float(np.percentile(latencies, 50) * 1000),
-                "p99_ms": float(np.percentile(latencies, 99) * 1000),
-            }
-        )
-    )
+    warm: set[int] = set()
+
+    def measure(batch: int, duration_s: float) -> dict[str, float]:
+        if batch not in warm:
+            for _ in range(3):
+                one_batch(batch)
+            warm.add(batch)
+        latencies = []
+        started = time.perf_counter()
+        while time.perf_counter() - started < duration_s:
+            t0 = time.perf_counter()
+            one_batch(batch)
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - started
+        return {
+            "rps": len(latencies) * batch / elapsed,
+            "p50_ms": float(np.percentile(latencies, 50) * 1000),
+            "p99_ms": float(np.percentile(latencies, 99) * 1000),
+        }
+
+    return measure
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "--serve":
+        measure = runner(argv[1], argv[2])
+        for line in sys.stdin:
+            batch, duration = line.split()
+            print(json.dumps(measure(int(batch), float(duration))), flush=True)
+        return
+    print(json.dumps(runner(argv[0], argv[2])(int(argv[1]), float(argv[3]))))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+    main(sys.argv[1:])

@@ -1,7 +1,9 @@
 """A closed-loop load generator for a v2 inference server: N concurrent callers sending one preprocessed tensor.
 
     python -m bench.apps.v2_load PROTOCOL TARGET MODEL TENSOR.npy CONCURRENCY DURATION_S
-        PROTOCOL: grpc (TARGET host:port) | http (TARGET http://host:port; Triton's binary tensor extension)
+    python -m bench.apps.v2_load --serve PROTOCOL TARGET MODEL TENSOR.npy   (then lines "CONCURRENCY DURATION_S")
+        PROTOCOL: grpc (grpc.aio's client; TARGET host:port) | grpc-native (pipeserve's client, what a preprocessing
+                  server uses) | http (TARGET http://host:port; Triton's binary tensor extension)
 
 The request is encoded once (the client's own cost is not what is measured). Prints JSON
 {"rps", "p50_ms", "p99_ms", "errors"}.
@@ -13,7 +15,7 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,6 +38,23 @@ async def grpc_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> 
     return once
 
 
+async def native_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> Any:
+    from pipeserve.remote.grpc_channel import GrpcChannel
+
+    channel = GrpcChannel(target)
+    request = grpc_codec.build_request(model, "", {"input": tensor}).SerializeToString()
+    path = f"/{SERVICE}/ModelInfer"
+
+    async def once() -> None:
+        pb.ModelInferResponse.FromString(cast(bytes, await channel.unary(path, request, timeout_s=60)))
+
+    once.close = channel.close  # type: ignore[attr-defined]
+    return once
+
+
+CALLERS = {"grpc": "grpc_caller", "grpc-native": "native_caller", "http": "http_caller"}
+
+
 async def http_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> Any:
     import aiohttp
 
@@ -50,14 +69,11 @@ async def http_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> 
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status}")
 
+    once.close = session.close  # type: ignore[attr-defined]
     return once
 
 
-async def main(protocol: str, target: str, model: str, tensor_path: str, concurrency: int, duration_s: float) -> None:
-    tensor = np.load(tensor_path)
-    once = await (grpc_caller if protocol == "grpc" else http_caller)(target, model, tensor)
-    for _ in range(5):
-        await once()
+async def measure(once: Any, concurrency: int, duration_s: float) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     stop_at = time.perf_counter() + duration_s
@@ -76,19 +92,44 @@ async def main(protocol: str, target: str, model: str, tensor_path: str, concurr
     started = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
-    ordered = sorted(latencies)
-    print(
-        json.dumps(
-            {
-                "rps": len(ordered) / elapsed,
-                "p50_ms": ordered[len(ordered) // 2] * 1000,
-                "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
-                "errors": errors,
-            }
-        )
-    )
+    ordered = sorted(latencies) or [float("nan")]
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": ordered[len(ordered) // 2] * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "errors": errors,
+    }
+
+
+async def main(protocol: str, target: str, model: str, tensor_path: str, concurrency: int, duration_s: float) -> None:
+    once = await globals()[CALLERS[protocol]](target, model, np.load(tensor_path))
+    for _ in range(5):
+        await once()
+    print(json.dumps(await measure(once, concurrency, duration_s)))
+    await _close(once)
+
+
+async def _close(once: Any) -> None:
+    close = getattr(once, "close", None)
+    if close is not None:
+        await close()
+
+
+async def serve(protocol: str, target: str, model: str, tensor_path: str) -> None:
+    """Measure on request: lines "CONCURRENCY DURATION_S" on stdin, one JSON line each on stdout."""
+    once = await globals()[CALLERS[protocol]](target, model, np.load(tensor_path))
+    for _ in range(5):
+        await once()
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        concurrency, duration = line.split()
+        print(json.dumps(await measure(once, int(concurrency), float(duration))), flush=True)
+    await _close(once)
 
 
 if __name__ == "__main__":
-    protocol, target, model, tensor, concurrency, duration = sys.argv[1:7]
-    asyncio.run(main(protocol, target, model, tensor, int(concurrency), float(duration)))
+    if sys.argv[1] == "--serve":
+        asyncio.run(serve(*sys.argv[2:6]))
+    else:
+        protocol, target, model, tensor, concurrency, duration = sys.argv[1:7]
+        asyncio.run(main(protocol, target, model, tensor, int(concurrency), float(duration)))

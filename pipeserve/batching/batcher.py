@@ -126,6 +126,11 @@ class Batcher(Generic[T, R]):
         await self.stop()
 
     @property
+    def sizes(self) -> list[int]:
+        """The batch sizes adaptive mode tries while it learns, smallest first: 1, 2, 4, ... and the full size."""
+        return sorted(self._ladder)
+
+    @property
     def queued(self) -> int:
         """Items waiting for a batch."""
         return len(self._queue)
@@ -176,9 +181,14 @@ class Batcher(Generic[T, R]):
         return Traced(result, info, wait_s)
 
     def runs_alone(self) -> bool:
-        """Whether an item submitted now would be the next batch, alone: nothing queued or running, and batches of
-        one are what this batcher runs (``max_batch_size`` 1, or adaptive mode found one row cheapest per row and is
-        not due to try another size). Then ``run_alone`` gives the same answer without the queue's hops.
+        """Whether an item submitted now would be the next batch, alone, so that ``run_alone`` gives the same
+        answer without the queue's hops: nothing is queued or running, and batches of one are what this batcher
+        runs (``max_batch_size`` 1, or adaptive mode found one row cheapest per row and is not due to try another
+        size).
+
+        Not merely "nothing is queued": requests that arrived together wait in the event loop for their turn to
+        submit, and only the queue lets them meet in a batch (run alone as each came up, an inference server's
+        batches of a model cheapest at 2 stayed at 1).
         """
         if self._wakeup is None or self._closing or self._queue or self._running:
             return False

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -60,8 +62,10 @@ class BatchPolicy:
 class LatencyModel:
     """Batch run time as a function of batch size, learned from the batches observed.
 
-    Each observed size keeps an exponential moving average; sizes not seen yet are estimated by a least-squares
-    line through the seen ones (or, with one size seen, as proportional to the size: no saving assumed).
+    Each observed size keeps its last ``window`` run times and counts their median: one cold run (an engine's
+    first at a new shape allocates; a batch tried once in a while runs with cold caches) does not skew it, as it
+    skewed a moving average for dozens of runs. Sizes not seen yet are estimated by a least-squares line through
+    the seen ones (or, with one size seen, as proportional to the size: no saving assumed).
 
     Example:
         >>> model = LatencyModel()
@@ -73,14 +77,18 @@ class LatencyModel:
         8.0
     """
 
-    alpha: float = 0.2
+    window: int = 9
+    _runs: dict[int, deque[float]] = field(default_factory=dict)
     _by_size: dict[int, float] = field(default_factory=dict)
 
     def observe(self, size: int, seconds: float) -> None:
         if size < 1 or not math.isfinite(seconds) or seconds < 0:
             return
-        old = self._by_size.get(size)
-        self._by_size[size] = seconds if old is None else old + self.alpha * (seconds - old)
+        runs = self._runs.get(size)
+        if runs is None:
+            runs = self._runs[size] = deque(maxlen=self.window)
+        runs.append(seconds)
+        self._by_size[size] = statistics.median(runs)  # one assignment: readers in other threads see old or new
 
     def by_size(self) -> dict[int, float]:
         """The learned seconds per batch, by batch size."""
@@ -110,6 +118,7 @@ class LatencyModel:
     def forget(self) -> None:
         """Drop what was learned (e.g. the cold first runs of a warm-up)."""
         self._by_size.clear()
+        self._runs.clear()
 
     def rows_within(self, seconds: float, limit: int) -> int:
         """The most rows (1 to ``limit``) whose batch is expected to take at most ``seconds``."""

@@ -63,6 +63,12 @@ def cli() -> None:
     "check at warm-up (MLServer, Triton) [fingerprint].",
 )
 @click.option(
+    "--grpc-client",
+    type=click.Choice(["native", "grpcio"]),
+    default=None,
+    help="How grpc:// endpoints are called: native (from the event loop) or grpcio (grpc.aio's channel) [native].",
+)
+@click.option(
     "--pattern",
     type=click.Choice(["single", "gateway"]),
     default=None,

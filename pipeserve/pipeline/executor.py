@@ -198,11 +198,13 @@ class Pipeline:
                     field="inputs",
                 )
 
-    def finish_warm_up(self) -> None:
-        """After warm-up runs: let each model decide where it runs, and regroup the nodes accordingly."""
+    async def finish_warm_up(self) -> None:
+        """After warm-up runs: let each model decide where it runs and learn its batch costs (in a worker thread),
+        and regroup the nodes accordingly."""
+        loop = asyncio.get_running_loop()
         for model in self.models:
             model.settle_execution()
-            model.forget_warm_up()
+            await loop.run_in_executor(self._executor, model.learn_batch_costs)
             # On a single core a batch gains nothing from a thread hop either: it takes its turn on the lane,
             # with as many rows as run within the lane's job budget.
             one = model.fastest_run_s

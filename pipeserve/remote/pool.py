@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
 from pipeserve.observability import tracing
 from pipeserve.pipeline.context import request_deadline
@@ -41,13 +42,14 @@ class Endpoint:
     reason: str = "not probed yet"
     in_flight: int = 0
     changed_at: float = 0.0
+    grpc_engine: GrpcEngine = "native"
     _client: V2Client | None = None
 
     @property
     def client(self) -> V2Client:
         """Created on first use, inside the event loop (gRPC channels bind to the loop they are made in)."""
         if self._client is None:
-            self._client = create_client(self.url)
+            self._client = create_client(self.url, grpc_engine=self.grpc_engine)
         return self._client
 
 
@@ -68,12 +70,13 @@ class RemoteModels:
         call_timeout_s: float = 30.0,
         probe_interval_s: float = 0.5,
         start_timeout_s: float = 60.0,
+        grpc_engine: GrpcEngine = "native",
     ) -> None:
         if not urls:
             raise ValueError("at least one inference endpoint is needed")
         for url in urls:
             parse_endpoint(url)  # a malformed URL fails at startup, not on the first request
-        self.endpoints = [Endpoint(url) for url in urls]
+        self.endpoints = [Endpoint(url, grpc_engine=grpc_engine) for url in urls]
         self.expected_release = expected_release
         self.release_check = release_check
         self.call_timeout_s = call_timeout_s

@@ -187,7 +187,7 @@ class InferenceService:
         for _ in range(self._warmup_runs):
             for endpoint in self.pipeline.endpoints:  # every endpoint: every model warms up and is timed
                 await self._run(self._sample, endpoint)
-        self.pipeline.finish_warm_up()
+        await self.pipeline.finish_warm_up()
         value = await self._run(self._sample)
         prediction = self._encode(value)
         label = self._label_of(value) if self._label_text is not None or _is_text(value) else None

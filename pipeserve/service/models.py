@@ -78,6 +78,8 @@ class ModelRepository:
             if entry.version in versions:
                 raise SpecError(f"model {entry.name!r} version {entry.version} is declared twice")
             versions[entry.version] = entry
+        #: Each model's highest version (what a request naming no version gets).
+        self.latest = {name: versions[max(versions, key=_version_key)] for name, versions in self.models.items()}
 
     @classmethod
     def from_spec(cls, loaded: LoadedSpec, *, only: Sequence[str] | None = None) -> ModelRepository:
@@ -279,6 +281,7 @@ class ModelService:
         for _ in range(self.warmup_runs):
             await node.infer(node.check_inputs(inputs))
         node.settle_execution()
+        await asyncio.get_running_loop().run_in_executor(self._pool, node.learn_batch_costs)
         fast = node.fastest_run_s is not None and node.fastest_run_s <= 0.05  # never block the loop for long
         if self._single_core and node.on_cpu and fast and node.execution == "auto":
             # One core: a worker thread cannot run beside the event loop, so handing each batch to it only adds
@@ -315,9 +318,11 @@ class ModelService:
         Raises:
             NotFound: no such model or version.
         """
-        versions = self._versions(name)
         if not version:
-            return versions[max(versions, key=_version_key)]
+            latest = self.repository.latest.get(name)
+            if latest is not None:
+                return latest
+        versions = self._versions(name)
         entry = versions.get(version)
         if entry is None:
             raise NotFound(
@@ -448,7 +453,7 @@ def _check_against_signature(node: ModelNode, inputs: Mapping[str, Any]) -> Tens
     for spec in signature.inputs:
         array = np.asarray(inputs[spec.name])
         want = _v2_name(spec.dtype)
-        got = _v2_name(str(array.dtype))
+        got = _V2_NAMES.get(array.dtype) or _v2_name(str(array.dtype))
         if want is not None and got != want:
             raise InvalidInput(
                 f"input {spec.name!r} of model {node.name!r} has datatype {got}", expected=f"datatype {want}"
@@ -457,11 +462,19 @@ def _check_against_signature(node: ModelNode, inputs: Mapping[str, Any]) -> Tens
     return node.check_inputs(tensors)
 
 
+@functools.cache
 def _v2_name(dtype: str) -> str | None:
     try:
         return datatype_of(numpy_dtype(dtype))
     except ValueError:
         return None
+
+
+#: The v2 name of each fixed-size NumPy dtype (``str(dtype)`` is slow enough to show in a request's profile).
+_FIXED_SIZE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16")
+_V2_NAMES: dict[np.dtype[Any], str | None] = {
+    np.dtype(name): _v2_name(name) for name in (*_FIXED_SIZE, "float32", "float64")
+}
 
 
 def _tensor_meta(name: str, dtype: str, shape: tuple[int, ...] | None) -> dict[str, Any]:

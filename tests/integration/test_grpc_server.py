@@ -20,8 +20,8 @@ import grpc
 import hpack
 import pytest
 
-from pipeserve.server.v2 import http2
 from pipeserve.server.v2.grpc_server import GrpcServer, ServerContext, UnaryMethod
+from pipeserve.v2 import http2
 from pipeserve.v2._proto import inference_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ class Handlers:
 
 def _methods(handlers: Handlers) -> dict[str, UnaryMethod]:
     methods = {
-        f"/test.T/{name}": UnaryMethod(getattr(handlers, name), _same, _same)
+        f"/test.T/{name}": UnaryMethod(getattr(handlers, name), bytes, _same)
         for name in ("echo", "big", "meta", "sleep", "abort", "boom")
     }
     methods["/test.T/metadata"] = UnaryMethod(

@@ -231,7 +231,7 @@ async def test_an_engine_on_the_calling_thread_is_costed_by_cpu_time_others_by_t
     """What the batcher learns for an engine that computes on the calling thread is that thread's CPU time, not
     the wall time a busy core stretches it to (a worker thread sharing one core with the event loop): a model
     that sleeps 50 ms costs next to nothing. A runtime that may wait on I/O or threads of its own keeps the
-    clock. The cost model starts from the fastest warm-up run, not from the cold first ones."""
+    clock. In adaptive mode the cost model starts from a warm run of every size it tries, not from cold runs."""
     from pipeserve import InferenceService, load_spec
 
     spec = _fake_model_spec(tmp_path, runtime, 0.05, "{max_batch_size: 4, mode: adaptive}")
@@ -240,15 +240,16 @@ async def test_an_engine_on_the_calling_thread_is_costed_by_cpu_time_others_by_t
     try:
         model = service.pipeline.models[0]
         assert model.batcher is not None
-        assert model.batcher.latency.sizes_seen == 1, "restarted from the warm-up's fastest run"
+        assert model.batcher.latency.sizes_seen == 3, "sizes 1, 2 and 4 ran warm after the warm-up"
         one = model.batcher.latency.estimate(1)
         assert one is not None
         assert (one < 0.02) is cpu_timed, f"{one} s"
         assert model.fastest_run_s is not None
         assert model.fastest_run_s >= 0.05, "wall time is still what it is"
         learned = model.describe()["batching"]  # what /metadata shows
-        assert list(learned["learned_ms_per_row"]) == ["1"]
-        assert learned["best_size"] is None, "one size measured: nothing to compare yet"
+        assert list(learned["learned_ms_per_row"]) == ["1", "2", "4"]
+        if not cpu_timed:  # 50 ms a batch by the clock: 4 rows cost least per row
+            assert learned["best_size"] == 4
     finally:
         await service.stop()
 

@@ -192,12 +192,13 @@ async def stub_for() -> AsyncIterator[Callable[[str], Stub]]:
         await channel.close(None)
 
 
-@pytest.fixture
-async def grpc_client_for() -> AsyncIterator[Callable[[str], GrpcClient]]:
+@pytest.fixture(params=["native", "grpcio"])
+async def grpc_client_for(request: pytest.FixtureRequest) -> AsyncIterator[Callable[[str], GrpcClient]]:
+    """Our v2 gRPC client, on either engine (each against either server: every combination is tested)."""
     clients: list[GrpcClient] = []
 
     def make(address: str) -> GrpcClient:
-        client = GrpcClient(f"grpc://{address}")
+        client = GrpcClient(f"grpc://{address}", request.param)
         clients.append(client)
         return client
 

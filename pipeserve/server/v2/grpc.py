@@ -39,9 +39,9 @@ class GrpcInferenceServicer:
     def __init__(self, service: ModelService) -> None:
         self.service = service
 
-    async def _answer(self, context: Any, call: Callable[[], Awaitable[T]]) -> T:
+    async def _answer(self, context: Any, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         try:
-            return await call()
+            return await call(*args)
         except PipeserveError as exc:
             code = next((c for kind, c in _STATUS if isinstance(exc, kind)), grpc.StatusCode.INTERNAL)
             await context.abort(code, str(exc))
@@ -81,24 +81,25 @@ class GrpcInferenceServicer:
         return await self._answer(context, call)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        async def call() -> pb.ModelInferResponse:
-            inputs = grpc_codec.request_tensors(request)
-            timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters))
-            entry, outputs = await self.service.infer(
-                request.model_name, request.model_version, inputs, timeout_s=timeout_s
-            )
-            requested = [out.name for out in request.outputs] or None
-            return grpc_codec.build_response(
-                entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}
-            )
-
-        carrier = {key: value for key, value in context.invocation_metadata() or () if key == "traceparent"}
         token = request_id_var.set(accept_request_id(request.id))  # the caller's job id, on our spans and logs
         try:
+            if not tracing.enabled():  # the hot path: no span, no metadata scan
+                return await self._answer(context, self._infer, request, context)
+            carrier = {key: value for key, value in context.invocation_metadata() or () if key == "traceparent"}
             with tracing.span(f"v2 infer {request.model_name}", kind="server", carrier=carrier):
-                return await self._answer(context, call)
+                return await self._answer(context, self._infer, request, context)
         finally:
             request_id_var.reset(token)
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        inputs = grpc_codec.request_tensors(request)
+        timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters) if request.parameters else {})
+        model, version = request.model_name, request.model_version
+        entry, outputs = await self.service.infer(model, version, inputs, timeout_s=timeout_s)
+        requested = [out.name for out in request.outputs] or None
+        return grpc_codec.build_response(
+            entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}
+        )
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         response = pb.RepositoryIndexResponse()
@@ -150,7 +151,9 @@ async def start_grpc_server(
     servicer = GrpcInferenceServicer(service)
     if engine == "native":
         methods = {
-            f"/{SERVICE}/{name}": UnaryMethod(getattr(servicer, name), req.FromString, resp.SerializeToString)
+            f"/{SERVICE}/{name}": UnaryMethod(
+                getattr(servicer, name), req.FromString, resp.SerializeToString, enforces_deadline=name == "ModelInfer"
+            )
             for name, (req, resp) in METHODS.items()
         }
         native = GrpcServer(methods, limits=Http2Limits(max_body_bytes=MAX_MESSAGE_BYTES + 5))

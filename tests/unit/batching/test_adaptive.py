@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeserve.batching import Batcher, BatchPolicy
+from pipeserve.batching import Batcher, BatchPolicy, CpuLane
 from pipeserve.batching.policy import ArrivalRate, LatencyModel
 from pipeserve.errors import DeadlineExceeded
 
@@ -207,7 +207,7 @@ def test_rows_within_a_budget_and_forgetting() -> None:
 
 
 def test_a_tie_within_two_percent_goes_to_the_smaller_size() -> None:
-    model = LatencyModel(alpha=1.0)
+    model = LatencyModel(window=1)
     model.observe(1, 0.0061)
     model.observe(2, 0.0120)  # 1.6% cheaper per row: a tie, the smaller size wins
     model.observe(4, 0.0232)  # 4.9% cheaper per row than 1: a real saving
@@ -257,7 +257,7 @@ async def test_an_item_runs_alone_only_when_nothing_is_queued_or_running() -> No
         await asyncio.sleep(0)
         assert not batcher.runs_alone(), "an item is queued: it goes first (FIFO)"
         release.set()
-        assert await asyncio.gather(first, second) == [1, 2]
+        assert list(await asyncio.gather(first, second)) == [1, 2]
         assert batcher.runs_alone()
 
 
@@ -265,21 +265,28 @@ async def test_adaptive_mode_runs_items_alone_once_batches_of_one_are_cheapest_e
     async def echo(items: list[int]) -> list[int]:
         return items
 
-    async with Batcher(echo, BatchPolicy(max_batch_size=4, mode="adaptive"), learns_latency=False) as batcher:
+    policy = BatchPolicy(max_batch_size=4, max_wait_s=0.005, mode="adaptive")
+    async with Batcher(echo, policy, learns_latency=False) as batcher:
         batcher._batch_counter = 1  # past the first batch, which explores
         assert not batcher.runs_alone(), "nothing learned yet"
         batcher.latency.observe(1, 0.010)
         batcher.latency.observe(4, 0.048)  # 12 ms per row at 4: batches of one are cheaper
         assert batcher.runs_alone()
+        batcher.gate = CpuLane()
+        assert batcher.runs_alone(), "with a gate too"
         batcher._batch_counter = 64
         assert not batcher.runs_alone(), "every 64th batch tries another size, through the queue"
         batcher._batch_counter = 65
-        batcher.latency.observe(4, 0.020)
-        batcher.latency.observe(4, 0.020)
-        batcher.latency.observe(4, 0.020)  # now ~5-6 ms per row at 4: batching pays
-        assert not batcher.runs_alone()
-    fixed = Batcher(echo, BatchPolicy(max_batch_size=4, mode="fixed"))
-    async with fixed:
-        fixed.latency.observe(1, 0.001)
-        fixed.latency.observe(4, 0.100)
-        assert not fixed.runs_alone(), "fixed mode always batches what is queued"
+        for _ in range(3):
+            batcher.latency.observe(4, 0.020)  # now 5 ms per row at 4: batching pays
+        assert not batcher.runs_alone(), "the queue is where requests that arrived together meet"
+
+
+async def test_fixed_batchers_of_more_than_one_never_run_items_alone() -> None:
+    async def echo(items: list[int]) -> list[int]:
+        return items
+
+    async with Batcher(echo, BatchPolicy(max_batch_size=4)) as greedy:
+        assert not greedy.runs_alone(), "greedy batches what queued while the last batch ran"
+    async with Batcher(echo, BatchPolicy(max_batch_size=1)) as single:
+        assert single.runs_alone()
