@@ -180,11 +180,13 @@ class Batcher(Generic[T, R]):
         result, info, wait_s = await self._enqueue(item, deadline_s)
         return Traced(result, info, wait_s)
 
-    def runs_alone(self) -> bool:
+    def runs_alone(self, *, only_request: bool = False) -> bool:
         """Whether an item submitted now would be the next batch, alone, so that ``run_alone`` gives the same
         answer without the queue's hops: nothing is queued or running, and batches of one are what this batcher
         runs (``max_batch_size`` 1, or adaptive mode found one row cheapest per row and is not due to try another
-        size).
+        size), or ``only_request`` (the caller knows no other request is in progress anywhere in the server) and
+        the batcher would not wait for company (greedy, or adaptive with the next request not expected soon
+        enough for waiting to pay).
 
         Not merely "nothing is queued": requests that arrived together wait in the event loop for their turn to
         submit, and only the queue lets them meet in a batch (run alone as each came up, an inference server's
@@ -195,11 +197,17 @@ class Batcher(Generic[T, R]):
         policy = self.policy
         if policy.max_batch_size == 1:
             return True
-        return (
-            policy.mode == "adaptive"
-            and self._batch_counter % EXPLORE_EVERY != 0
-            and self.latency.best_size(policy.max_batch_size) == 1
-        )
+        exploring = self._batch_counter % EXPLORE_EVERY == 0
+        if policy.mode == "adaptive" and not exploring and self.latency.best_size(policy.max_batch_size) == 1:
+            return True
+        if not only_request:
+            return False
+        if policy.max_wait_s == 0:
+            return True
+        if policy.mode != "adaptive" or exploring:
+            return False
+        gap = self._arrivals.expected_gap_s()  # as _collect decides whether to wait for a second row
+        return gap is None or gap >= self.latency.saving_s(1) or gap >= policy.max_wait_s
 
     async def run_alone(self, item: T, *, deadline_s: float | None = None) -> Traced[R]:
         """Run ``item`` as a batch of its own, now, on worker 0: for when ``runs_alone()`` (the caller checks, and
@@ -366,11 +374,15 @@ class Batcher(Generic[T, R]):
         for entry, result in zip(batch, results, strict=True):
             if not entry.future.done():
                 entry.future.set_result((result, info, started - entry.enqueued_s))
-        if self._on_batch is not None:
-            try:
-                self._on_batch(info)
-            except Exception:
-                logger.exception("%s: on_batch callback failed", self.name)
+        if self._on_batch is not None:  # after the callers' answers are out: metrics are not on their clock
+            asyncio.get_running_loop().call_soon(self._report, info)
+
+    def _report(self, info: BatchInfo) -> None:
+        assert self._on_batch is not None
+        try:
+            self._on_batch(info)
+        except Exception:
+            logger.exception("%s: on_batch callback failed", self.name)
 
 
 def _fail(batch: list[_Pending[T, R]], exc: BaseException) -> None:

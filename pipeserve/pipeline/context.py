@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -14,3 +14,7 @@ request_annotations: ContextVar[dict[str, Any] | None] = ContextVar("pipeserve_r
 
 #: The request's deadline as a ``time.monotonic()`` instant, if it has one; queued work past it never runs.
 request_deadline: ContextVar[float | None] = ContextVar("pipeserve_request_deadline", default=None)
+
+#: How many requests the server has in progress, this one included (set by the service's admission): a model whose
+#: request is the only one in progress runs it at once rather than queueing it for a batch nobody else can join.
+requests_in_progress: ContextVar[Callable[[], int] | None] = ContextVar("pipeserve_requests_in_progress", default=None)

@@ -19,7 +19,7 @@ import numpy as np
 from pipeserve.batching import Batcher, BatchPolicy, CpuLane
 from pipeserve.batching.batcher import BatchInfo
 from pipeserve.errors import InvalidInput, NotReady, SpecError
-from pipeserve.pipeline.context import request_annotations, request_deadline
+from pipeserve.pipeline.context import request_annotations, request_deadline, requests_in_progress
 from pipeserve.pipeline.handlers import HandlerContext, HandlerFactory
 from pipeserve.pipeline.steps import Step
 from pipeserve.runtimes import Runtime
@@ -259,10 +259,12 @@ class ModelNode:
     def learn_batch_costs(self) -> None:
         """After warm-up: what the batcher's cost model starts from. An engine's first runs are cold (allocations,
         caches) and would make their size look dearer than it is. In adaptive mode each size the batcher tries
-        (1, 2, 4, ..., ``max_batch_size``) runs twice now on the warm-up's input, and the second, warm run is what
-        the batcher starts from (ONNX Runtime's EfficientNet-Lite0 on one core: 5% cheaper per image at 2 than at
-        1, 11% dearer at 8). Otherwise the fastest warm-up run. Blocks for ~3 runs of each size: call it in a
-        worker thread. Sizes stop growing once a run takes over a second.
+        (1, 2, 4, ..., ``max_batch_size``) runs three times now on the warm-up's input: the first is cold (a new
+        shape), the faster of the other two is what the batcher starts from (ONNX Runtime's EfficientNet-Lite0 on
+        one core: 5% cheaper per image at 2 than at 1, 11% dearer at 8). Sizes stop growing once the cost per row
+        is 20% over the best seen (TorchScript's EfficientNet on one core only gets dearer per image) or a run takes
+        over a second; the batcher still tries them now and then. Otherwise: the fastest warm-up run. Blocks for
+        the runs: call it in a worker thread.
         """
         batcher = self._batcher
         if batcher is None or self._last_inputs is None:
@@ -278,9 +280,13 @@ class ModelNode:
         for size in batcher.sizes:
             batch = _repeat_rows(sample, size)
             self._predict_timed(batch, 0, learn=False)  # cold: a new shape
-            self._predict_timed(batch, 0, learn=False)
-            costs[size] = self._recent_cost_s[-1]
-            if self._recent_run_s[-1] > 1.0:
+            warm = []
+            for _ in range(2):
+                self._predict_timed(batch, 0, learn=False)
+                warm.append(self._recent_cost_s[-1])
+            costs[size] = min(warm)
+            best_per_row = min(seconds / rows for rows, seconds in costs.items())
+            if costs[size] / size > 1.2 * best_per_row or self._recent_run_s[-1] > 1.0:
                 break
         latency.forget()
         for size, seconds in costs.items():
@@ -334,7 +340,8 @@ class ModelNode:
         batcher = self._batcher
         if batcher is None or not (self.runs_on_loop or (holds_lane and self.lane is not None)):
             return False
-        return batcher.runs_alone()
+        in_progress = requests_in_progress.get()
+        return batcher.runs_alone(only_request=in_progress is not None and in_progress() <= 1)
 
     async def infer(self, tensors: TensorDict, *, holds_lane: bool = False) -> TensorDict:
         """One request's named tensors through the batcher; every output (an inference server selects its own).

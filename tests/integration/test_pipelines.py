@@ -285,12 +285,14 @@ async def test_on_one_core_a_request_too_big_for_the_lanes_budget_runs_in_a_thre
 
 
 @pytest.mark.parametrize("batches_of_one_cheapest", [True, False])
-async def test_on_one_core_a_model_that_runs_batches_of_one_runs_in_its_preprocessings_turn(
+async def test_on_one_core_a_model_runs_in_its_preprocessings_turn_unless_a_batch_would_pay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches_of_one_cheapest: bool
 ) -> None:
-    """Preprocessing (a handler) then an adaptively batched model, on one core: once the batcher has learned that
-    a batch of one costs least per row, each request takes one turn on the CPU lane, preprocessing and model
-    together, as it would without batching; otherwise the model takes a turn of its own, with whatever queued."""
+    """Preprocessing (a handler) then an adaptively batched model, on one core. A request that is the only one in
+    progress, or whose model costs least in batches of one, takes one turn on the CPU lane, preprocessing and model
+    together, as it would without batching. Requests that arrive together, for a model whose batches pay, queue
+    for a turn of the model's own and run in batches."""
+    import asyncio
     import threading
 
     from pipeserve import InferenceService, load_spec
@@ -322,12 +324,19 @@ async def test_on_one_core_a_model_that_runs_batches_of_one_runs_in_its_preproce
         fake.batches.clear()
         fake.threads.clear()
         jobs = model.lane.jobs
-        for i in range(5):
+        for i in range(5):  # one at a time: each the only request in progress
             answer = await service.predict([[i, i + 1]])
             assert answer.tolist() == [float(i * 10), float((i + 1) * 10)]
         turns = model.lane.jobs - jobs
         assert fake.batches == [1] * 5
         assert fake.threads == [threading.current_thread().name] * 5, "on the event loop, no thread hop"
-        assert turns == (5 if batches_of_one_cheapest else 10), f"{turns} lane turns for 5 requests"
+        assert turns == 5, f"{turns} lane turns for 5 requests"
+        fake.batches.clear()
+        answers = await asyncio.gather(*(service.predict([[i, i]]) for i in range(8)))
+        assert [a.tolist() for a in answers] == [[float(i * 10)] * 2 for i in range(8)]
+        if batches_of_one_cheapest:
+            assert fake.batches == [1] * 8
+        else:
+            assert max(fake.batches) > 1, f"requests that arrived together met in a batch: {fake.batches}"
     finally:
         await service.stop()

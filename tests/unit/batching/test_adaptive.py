@@ -238,6 +238,7 @@ async def test_an_idle_batcher_of_batches_of_one_runs_an_item_alone_at_once() ->
         with pytest.raises(DeadlineExceeded):
             await batcher.run_alone(7, deadline_s=time.monotonic() - 1)
         assert seen == [21, 13], "an expired item never runs"
+        await asyncio.sleep(0)  # reports go out after the answers
         assert reported == [1], "the failed batch reports no result"
         assert (await batcher.submit(5)) == 10, "the queue still works"
 
@@ -290,3 +291,23 @@ async def test_fixed_batchers_of_more_than_one_never_run_items_alone() -> None:
         assert not greedy.runs_alone(), "greedy batches what queued while the last batch ran"
     async with Batcher(echo, BatchPolicy(max_batch_size=1)) as single:
         assert single.runs_alone()
+
+
+async def test_the_only_request_in_progress_runs_alone_unless_the_batcher_would_wait_for_company() -> None:
+    async def echo(items: list[int]) -> list[int]:
+        return items
+
+    policy = BatchPolicy(max_batch_size=4, max_wait_s=0.005, mode="adaptive")
+    async with Batcher(echo, policy, learns_latency=False) as batcher:
+        batcher._batch_counter = 1
+        batcher.latency.observe(1, 0.010)
+        batcher.latency.observe(4, 0.020)  # 5 ms per row at 4: batching pays
+        assert not batcher.runs_alone()
+        assert batcher.runs_alone(only_request=True), "no arrivals seen: nothing to wait for"
+        for t in (0.0, 0.001, 0.002, 0.003, 0.004):
+            batcher._arrivals.arrived(t)  # one every ms: the next is worth waiting for
+        assert not batcher.runs_alone(only_request=True)
+    async with Batcher(echo, BatchPolicy(max_batch_size=4)) as greedy:
+        assert greedy.runs_alone(only_request=True), "greedy takes what is queued: just this one"
+    async with Batcher(echo, BatchPolicy(max_batch_size=4, max_wait_s=0.005)) as waiting:
+        assert not waiting.runs_alone(only_request=True), "fixed mode waits its max_wait_s, as configured"
