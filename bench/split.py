@@ -40,7 +40,8 @@ EXAMPLE = ROOT / "examples" / "imagenet"
 ENV = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
 SIZES = (1, 2, 4)
 GRPC = "inference server, v2 gRPC"
-GRPC_GRPCIO = "inference server, v2 gRPC (grpc.aio's server)"
+GRPC_AIO_CLIENT = "inference server, v2 gRPC, grpc.aio client"
+GRPC_GRPCIO = "grpc.aio's server, v2 gRPC, grpc.aio client"
 HTTP = "inference server, v2 HTTP (binary tensors)"
 SPLIT = "split (prep core 0 -> gRPC -> inference core 1)"
 SINGLE = "web-single, 2 workers"
@@ -111,7 +112,11 @@ def run(args: argparse.Namespace) -> list[Pair]:
         # Idle servers stay up beside the one measured: ours use no CPU when idle (and freezing a server whose
         # gRPC client holds a connection would make its keepalive take the connection for dead).
         end_to_end = {SPLIT: split_url, SINGLE: single_url}
-        alone = {GRPC: ("grpc", alone_grpc, alone_http), HTTP: ("http", alone_http, alone_http)}
+        alone = {
+            GRPC: ("grpc-native", alone_grpc, alone_http),
+            GRPC_AIO_CLIENT: ("grpc", alone_grpc, alone_http),
+            HTTP: ("http", alone_http, alone_http),
+        }
         if not args.skip_grpcio:
             alone[GRPC_GRPCIO] = ("grpc", grpcio_grpc, grpcio_http)
 
@@ -169,7 +174,7 @@ def _progress(p: Pair, part: str) -> None:
     )
 
 
-PARTS = {"end-to-end": (SPLIT, SINGLE), "inference alone": (GRPC, HTTP, GRPC_GRPCIO)}
+PARTS = {"end-to-end": (SPLIT, SINGLE), "inference alone": (GRPC, GRPC_AIO_CLIENT, HTTP, GRPC_GRPCIO)}
 
 
 def checks(rows: list[Summary]) -> list[tuple[str, bool, str]]:
