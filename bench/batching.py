@@ -2,9 +2,11 @@
 in-process limit and to LitServe, BentoML and MLServer serving the same ONNX model with the same preprocessing
 and their own batching (each in its own venv under bench/peers/).
 
-Servers are pinned to one core, wrk to the other; all servers stay up and the measurements are interleaved
-(repeat -> concurrency -> contender); the table reports medians over repeats, with the mean batch size each
-server ran (pipeserve's from /metrics, the peers' from a log their batch functions append to).
+Servers are pinned to one core, wrk to the other; all servers stay up (the idle ones frozen). Every contender slice
+runs right after a batch-1 slice of the in-process limit of its engine on the same core, and each round measures
+the limit at batch sizes 1, 2, 4 and 8 back to back (bench/paired.py): "vs limit" is the median over rounds of the
+paired ratio to the limit at its best batch size. The mean batch size each server ran comes from /metrics
+(pipeserve) or a log the peers' batch functions append to.
 
     make bench-batching          # or: .venv/bin/python bench/batching.py [--quick]
 """
@@ -18,33 +20,24 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
 
+from bench.paired import LoopProcess, Pair, Summary, apply_factors, batch_factor, batch_rates, summarize
 from bench.run import LUA, ROOT, free_port, only_running, server, wrk
 
 PY = sys.executable
 PEERS = ROOT / "bench" / "peers"
 MAX_BATCH = 8
 BATCH_TIMEOUT_S = 0.005
-
-
-@dataclass
-class Point:
-    contender: str
-    concurrency: int
-    rps: float
-    p50_ms: float
-    p99_ms: float
-    mean_batch: float | None
 
 
 @dataclass
@@ -224,31 +217,15 @@ def batch_counter(url: str, source: tuple[str, str] | None) -> tuple[float, floa
     return count, rows
 
 
-def in_process(engine: str, batch: int, body: Path, duration_s: float, core: int) -> dict[str, float]:
-    env = {**os.environ, "BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [
-            "taskset",
-            "-c",
-            str(core),
-            PY,
-            "-m",
-            "bench.apps.inprocess_batch",
-            engine,
-            str(batch),
-            str(body),
-            str(duration_s),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+SIZES = (1, 2, 4, 8)
 
 
-def run(args: argparse.Namespace) -> list[Point]:
-    points: list[Point] = []
+def engine_of(contender: str) -> str:
+    return "torchscript" if "TorchScript" in contender else "onnx"
+
+
+def run(args: argparse.Namespace) -> list[Pair]:
+    pairs: list[Pair] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         lua = workdir / "post.lua"
@@ -270,89 +247,96 @@ def run(args: argparse.Namespace) -> list[Point]:
         for c in chosen:  # warm up every server (and let adaptive batchers learn) before measuring
             only_running(urls[c.name])
             wrk(urls[c.name], c.body, 8, 3, args.client_core, lua, c.path)
-        for repeat in range(args.repeats):
-            only_running(None)
-            limits = {
-                engine: max(
-                    (in_process(engine, b, body["json"], args.duration / 2, args.server_core) for b in (1, MAX_BATCH)),
-                    key=lambda r: r["rps"],
-                )
-                for engine in ("onnx", "torchscript")
-            }
-            single = {
-                engine: in_process(engine, 1, body["json"], args.duration / 2, args.server_core)
-                for engine in ("onnx", "torchscript")
-            }
-            for concurrency in args.concurrency:
-                for engine, label in (("onnx", "ONNX"), ("torchscript", "TorchScript")):
-                    points.append(
-                        Point(
-                            f"in-process limit {label}",
-                            concurrency,
-                            limits[engine]["rps"],
-                            single[engine]["p50_ms"],
-                            single[engine]["p99_ms"],
-                            None,
-                        )
-                    )
-                for c in chosen:
-                    url = urls[c.name]
-                    only_running(url)
-                    before = batch_counter(url, c.batch_source)
-                    rps, p50, p99 = wrk(url, c.body, concurrency, args.duration, args.client_core, lua, c.path)
-                    after = batch_counter(url, c.batch_source)
-                    batches, rows = after[0] - before[0], after[1] - before[1]
-                    mean = rows / batches if batches else (1.0 if c.batch_source is None else None)
-                    points.append(Point(c.name, concurrency, rps, p50, p99, mean))
-                    print(
-                        f"  [{repeat + 1}/{args.repeats}] c={concurrency:<3} {c.name:34} {rps:8.1f} req/s  "
-                        f"p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  batch {mean or 0:5.2f}",
-                        file=sys.stderr,
-                    )
-    return points
-
-
-def summarize(points: list[Point]) -> list[Point]:
-    order: list[str] = []
-    for p in points:
-        if p.contender not in order:
-            order.append(p.contender)
-    table = []
-    for concurrency in sorted({p.concurrency for p in points}):
-        for name in order:
-            group = [p for p in points if p.contender == name and p.concurrency == concurrency]
-            if not group:
-                continue
-            batches = [p.mean_batch for p in group if p.mean_batch is not None]
-            table.append(
-                Point(
-                    name,
-                    concurrency,
-                    statistics.median(p.rps for p in group),
-                    statistics.median(p.p50_ms for p in group),
-                    statistics.median(p.p99_ms for p in group),
-                    statistics.median(batches) if batches else None,
-                )
+        env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
+        limits = {
+            engine: LoopProcess(
+                [
+                    "taskset",
+                    "-c",
+                    str(args.server_core),
+                    PY,
+                    "-m",
+                    "bench.apps.inprocess_batch",
+                    "--serve",
+                    engine,
+                    str(body["json"]),
+                ],
+                env,
+                ROOT,
             )
-    return table
+            for engine in {engine_of(c.name) for c in chosen}
+        }
+        sweeps: dict[str, list[dict[int, float]]] = {}
+        try:
+            for round_ in range(args.rounds):
+                only_running(None)
+                for engine, limit in limits.items():
+                    sweeps.setdefault(engine, []).append(batch_rates(limit, SIZES, args.slice / 2))
+                latest = {engine: {k: round(v, 3) for k, v in rounds[-1].items()} for engine, rounds in sweeps.items()}
+                _say(f"round {round_ + 1}/{args.rounds}: in-process images/s by batch size vs batch 1: {latest}")
+                for concurrency in args.concurrency:
+                    for c in chosen:
+                        engine = engine_of(c.name)
+                        only_running(None)
+                        base = limits[engine].measure(1, args.slice)
+                        url = urls[c.name]
+                        only_running(url)
+                        before = batch_counter(url, c.batch_source)
+                        rps, p50, p99 = wrk(url, c.body, concurrency, args.slice, args.client_core, lua, c.path)
+                        after = batch_counter(url, c.batch_source)
+                        batches, rows = after[0] - before[0], after[1] - before[1]
+                        mean = rows / batches if batches else (1.0 if c.batch_source is None else None)
+                        pair = Pair(round_, c.name, concurrency, rps, p50, p99, base["rps"], base["p50_ms"],
+                                    1.0, mean)  # fmt: skip
+                        pairs.append(pair)
+                        _say(
+                            f"  [{round_ + 1}] c={concurrency:<3} {c.name:34} {rps:8.1f} req/s "
+                            f"({pair.vs_batch1:6.1%} of batch 1)  p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  "
+                            f"batch {mean or 0:5.2f}"
+                        )
+        finally:
+            only_running(None)
+            for limit in limits.values():
+                limit.close()
+    factors = {engine: batch_factor(rounds) for engine, rounds in sweeps.items()}
+    _say(f"best batch in-process (median over rounds): {factors}")
+    apply_factors(pairs, {engine: factor for engine, (factor, _) in factors.items()}, engine_of)
+    return pairs
 
 
-def checks(table: list[Point]) -> list[tuple[str, bool, str]]:
-    def get(name: str, concurrency: int) -> Point | None:
-        return next((p for p in table if p.contender == name and p.concurrency == concurrency), None)
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def added_p50(pairs: list[Pair], engine: str, concurrency: int) -> float | None:
+    """Median over rounds of p50 with batching on minus p50 with it off, measured in the same round."""
+    deltas = []
+    for round_ in sorted({p.round for p in pairs}):
+        on = [p for p in pairs if (p.round, p.contender, p.concurrency) == (round_, f"pipeserve {engine} batching on",
+                                                                            concurrency)]  # fmt: skip
+        off = [p for p in pairs if (p.round, p.contender, p.concurrency) == (round_, f"pipeserve {engine} batching off",
+                                                                             concurrency)]  # fmt: skip
+        if on and off:
+            deltas.append(on[0].p50_ms - off[0].p50_ms)
+    return statistics.median(deltas) if deltas else None
+
+
+def checks(rows: list[Summary], pairs: list[Pair]) -> list[tuple[str, bool, str]]:
+    def get(name: str, concurrency: int) -> Summary | None:
+        return next((r for r in rows if (r.contender, r.concurrency) == (name, concurrency)), None)
 
     results = []
-    limit = get("in-process limit ONNX", 32)
     for setting in ("on", "off"):
         ours = get(f"pipeserve ONNX batching {setting}", 32)
-        if not (ours and limit):
+        if ours is None:
             continue
-        share = ours.rps / limit.rps
+        low, high = ours.vs_limit_iqr
         results.append(
             (
                 f"c=32: pipeserve (ONNX, batching {setting}) >= 95% of the in-process limit",
-                share >= 0.95,
-                f"{ours.rps:.1f} vs {limit.rps:.1f} ({share:.0%})",
+                ours.vs_limit >= 0.95,
+                f"{ours.vs_limit:.1%} of the limit (middle half of rounds {low:.1%}-{high:.1%}); "
+                f"{ours.vs_batch1:.1%} of batch 1",
             )
         )
         for peer in ("LitServe", "BentoML", "MLServer"):
@@ -361,42 +345,65 @@ def checks(table: list[Point]) -> list[tuple[str, bool, str]]:
                 results.append(
                     (
                         f"c=32: pipeserve (ONNX, batching {setting}) above {peer}",
-                        ours.rps > other.rps,
-                        f"{ours.rps:.1f} vs {other.rps:.1f} ({ours.rps / other.rps:.2f}x)",
+                        ours.vs_limit > other.vs_limit,
+                        f"{ours.vs_limit:.1%} vs {other.vs_limit:.1%} of the limit "
+                        f"({ours.vs_limit / other.vs_limit:.2f}x)",
                     )
                 )
     for engine in ("ONNX", "TorchScript"):
+        delta = added_p50(pairs, engine, 1)
         on, off = get(f"pipeserve {engine} batching on", 1), get(f"pipeserve {engine} batching off", 1)
-        if on and off:
-            delta = on.p50_ms - off.p50_ms
+        if delta is not None and on and off:
             results.append(
                 (
                     f"c=1: {engine} batching on adds < 1 ms to p50",
                     delta < 1.0,
-                    f"{on.p50_ms:.2f} vs {off.p50_ms:.2f} ms ({delta:+.2f} ms)",
+                    f"{on.p50_ms:.2f} vs {off.p50_ms:.2f} ms; paired by round {delta:+.2f} ms",
                 )
             )
     return results
 
 
-def markdown(table: list[Point], results: list[tuple[str, bool, str]], args: argparse.Namespace) -> str:
-    lines = ["| concurrency | contender | req/s | p50 ms | p99 ms | mean batch |", "|---:|---|---:|---:|---:|---:|"]
-    for p in table:
-        batch = "—" if p.mean_batch is None else f"{p.mean_batch:.2f}"
-        lines.append(f"| {p.concurrency} | {p.contender} | {p.rps:,.1f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | {batch} |")
-    lines += ["", "| target | result | measured |", "|---|---|---|"]
+def markdown(rows: list[Summary], results: list[tuple[str, bool, str]], meta: dict[str, Any]) -> str:
+    lines = [
+        "| concurrency | contender | req/s | p50 ms | p99 ms | vs limit (middle half) | vs limit at batch 1 "
+        "| mean batch |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        batch = "—" if r.mean_batch is None else f"{r.mean_batch:.2f}"
+        lines.append(
+            f"| {r.concurrency} | {r.contender} | {r.rps:,.1f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
+            f"{r.vs_limit:.1%} ({r.vs_limit_iqr[0]:.0%}-{r.vs_limit_iqr[1]:.0%}) | {r.vs_batch1:.1%} | {batch} |"
+        )
+    limits = {}
+    for engine, label in (("onnx", "ONNX"), ("torchscript", "TorchScript")):
+        values = [r.limit_rps for r in rows if engine_of(r.contender) == engine]
+        if values:
+            limits[label] = statistics.median(values)
+    lines += [
+        "",
+        "The limits (median over the points, images/s at the best batch size): "
+        + ", ".join(f"{label} {value:,.1f}" for label, value in limits.items())
+        + ".",
+        "",
+        "| target | result | measured |",
+        "|---|---|---|",
+    ]
     lines += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in results]
     header = (
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores); servers "
-        f"pinned to core {args.server_core}, wrk to core {args.client_core}; {args.duration:g} s per point, median of "
-        f"{args.repeats} interleaved repeats. Batching everywhere: at most {MAX_BATCH} per batch, "
-        f"{BATCH_TIMEOUT_S * 1000:g} ms batch timeout (pipeserve: adaptive mode, which waits only when waiting pays). "
-        "The in-process limit is the best of batch sizes 1 and 8 (images/s; latency at batch 1), with no server."
+        f"Measured {meta['measured']:%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores); servers "
+        f"pinned to core {meta['server_core']}, wrk to core {meta['client_core']}; {meta['rounds']} rounds of "
+        f"{meta['slice']:g} s slices, each right after a slice of its engine's in-process limit on the same core "
+        f"(bench/paired.py). Batching everywhere: at most {MAX_BATCH} per batch, {BATCH_TIMEOUT_S * 1000:g} ms batch "
+        "timeout (pipeserve: adaptive mode, which waits only when waiting pays and runs the size it measured "
+        "cheapest). The in-process limit: the same preprocessing and engine call in a loop, no server, at the best "
+        "of batch sizes 1, 2, 4 and 8."
     )
     return header + "\n\n" + "\n".join(lines) + "\n"
 
 
-def plot(table: list[Point], path: Path) -> None:
+def plot(rows: list[Summary], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -404,24 +411,21 @@ def plot(table: list[Point], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, name in enumerate(dict.fromkeys(p.contender for p in table)):
-        rows = [p for p in table if p.contender == name]
-        xs = [p.concurrency for p in rows]
-        style = {
-            "linestyle": "--" if name.startswith("in-process") else "-",
-            "marker": "o",
-            "color": colors[i % len(colors)],
-            "label": name,
-        }
-        left.plot(xs, [p.rps for p in rows], **style)
-        if not name.startswith("in-process"):
-            right.plot(xs, [p.p99_ms for p in rows], **style)
+    concurrencies = sorted({r.concurrency for r in rows})
+    for engine, label in (("onnx", "ONNX"), ("torchscript", "TorchScript")):
+        values = [r.limit_rps for r in rows if engine_of(r.contender) == engine]
+        if values:
+            left.axhline(statistics.median(values), linestyle="--", color="grey", alpha=0.6)
+            left.annotate(f"in-process limit {label}", (concurrencies[0], statistics.median(values)), fontsize=7)
+    for i, name in enumerate(dict.fromkeys(r.contender for r in rows)):
+        mine = [r for r in rows if r.contender == name]
+        style = {"marker": "o", "color": colors[i % len(colors)], "label": name}
+        left.plot([r.concurrency for r in mine], [r.rps for r in mine], **style)
+        right.plot([r.concurrency for r in mine], [r.p99_ms for r in mine], **style)
     left.set(xscale="log", xlabel="concurrency", ylabel="requests/s", title="imagenet throughput (one core)")
     right.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="p99 latency (ms)", title="imagenet p99")
     for axis in (left, right):
-        axis.set_xticks(
-            sorted({p.concurrency for p in table}), labels=[str(c) for c in sorted({p.concurrency for p in table})]
-        )
+        axis.set_xticks(concurrencies, labels=[str(c) for c in concurrencies])
         axis.grid(True, alpha=0.3)
     left.legend(fontsize=7)
     right.legend(fontsize=7)
@@ -468,37 +472,47 @@ and the cache the engine loses to socket reads between requests, which no server
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64])
-    parser.add_argument("--duration", type=float, default=6.0)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--slice", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--only", nargs="*", help="only contenders whose name contains one of these words")
-    parser.add_argument("--quick", action="store_true", help="4 s per point, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks" / "batching.md")
     parser.add_argument("--render", type=Path, help="re-render the table and plot from a saved batching.json")
     args = parser.parse_args()
     if args.quick:
-        args.duration, args.repeats = 4.0, 1
+        args.rounds, args.slice = 2, 2.0
+    results_path = ROOT / "bench" / "results" / "batching.json"
     if args.render:
-        points = [Point(**item) for item in json.loads(args.render.read_text())]
-        args.repeats = len([p for p in points if p.contender == "in-process limit ONNX" and p.concurrency == 1])
+        saved = json.loads(args.render.read_text())
+        pairs = [Pair(**p) for p in saved["pairs"]]
+        meta = {**saved, "measured": datetime.fromisoformat(saved["measured"])}
     else:
-        points = run(args)
-    table = summarize(points)
-    results = checks(table)
-    text = markdown(table, results, args)
+        pairs = run(args)
+        meta = {
+            "rounds": args.rounds,
+            "slice": args.slice,
+            "server_core": args.server_core,
+            "client_core": args.client_core,
+            "measured": datetime.now(UTC),
+        }
+    rows = summarize(pairs)
+    results = checks(rows, pairs)
+    text = markdown(rows, results, meta)
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_path = args.output.with_suffix(".png")
-    plot(table, plot_path)
-    command = f'make bench-batching BENCH_ARGS="--repeats {args.repeats} --duration {args.duration:g}"'
+    plot(rows, plot_path)
+    command = f'make bench-batching BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]:g}"'
     args.output.write_text(
         f"# Micro-batching benchmark (imagenet)\n\nCommand: `{command}` (re-render: "
         f"`--render bench/results/batching.json`)\n\n{text}\n![req/s and p99 against concurrency]({plot_path.name})\n"
         f"{READING}"
     )
     if not args.render:
-        (ROOT / "bench" / "results" / "batching.json").write_text(json.dumps([asdict(p) for p in points], indent=1))
+        saved = {**meta, "measured": meta["measured"].isoformat(), "pairs": [asdict(p) for p in pairs]}
+        results_path.write_text(json.dumps(saved, indent=1))
 
 
 if __name__ == "__main__":

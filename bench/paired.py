@@ -7,7 +7,8 @@ before it, and the ratio's median over rounds is what the targets are checked ag
 
 The limit is the engine's best batch size, not batch 1: with EfficientNet-Lite0 in ONNX Runtime on one core a
 batch of 2 costs ~5% less per image than a batch of 1 (4 and 8 cost more). Each round measures the engine at
-every candidate size back to back (``batch_factor``); the paired slice runs batch 1 and is scaled by that factor.
+every candidate size back to back (``batch_rates``); the size with the best median ratio over rounds sets the
+factor (``batch_factor``) by which each paired batch-1 slice is scaled.
 
 The load sources stay up for the whole run (``LoopProcess``): a slice costs its duration, not a Python start.
 """
@@ -18,7 +19,7 @@ import json
 import os
 import statistics
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,24 @@ class LoopProcess:
             self._process.kill()
 
 
-def batch_factor(limit: LoopProcess, sizes: Sequence[int], slice_s: float) -> tuple[float, int]:
-    """(best images/s over ``sizes`` / images/s at batch 1, the best size), measured back to back."""
+def batch_rates(limit: LoopProcess, sizes: Sequence[int], slice_s: float) -> dict[int, float]:
+    """Images/s at each of ``sizes`` relative to batch 1, measured back to back (one round's sample)."""
     rates = {size: limit.measure(size, slice_s)["rps"] for size in sizes}
-    best = max(rates, key=lambda size: rates[size])
-    return rates[best] / rates[1], best
+    return {size: rate / rates[1] for size, rate in rates.items()}
+
+
+def batch_factor(rounds: Sequence[dict[int, float]]) -> tuple[float, int]:
+    """(the limit at its best batch size / the limit at batch 1, that size) over all rounds: the best size is the
+    one whose median ratio is highest. (The best of each round's noisy rates would be biased upward.)"""
+    medians = {size: statistics.median(r[size] for r in rounds) for size in rounds[0]}
+    best = max(medians, key=lambda size: medians[size])
+    return medians[best], best
+
+
+def apply_factors(pairs: Sequence[Pair], factors: dict[str, float], engine_of: Callable[[str], str]) -> None:
+    """Set each pair's factor to its engine's (known only once every round is in)."""
+    for pair in pairs:
+        pair.factor = factors[engine_of(pair.contender)]
 
 
 @dataclass

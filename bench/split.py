@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.paired import LoopProcess, Pair, Summary, batch_factor, summarize
+from bench.paired import LoopProcess, Pair, Summary, apply_factors, batch_factor, batch_rates, summarize
 from bench.run import LUA, ROOT, free_port, server, wrk
 
 PY = sys.executable
@@ -128,20 +128,19 @@ def run(args: argparse.Namespace) -> list[Pair]:
             loader.measure(8, 2)
         for url in end_to_end.values():
             wrk(url, body, 8, 2, "0,1", lua)
+        sweeps: dict[str, list[dict[int, float]]] = {"alone": [], "end-to-end": []}
         try:
             for round_ in range(args.rounds):
-                factor1, best1 = batch_factor(limit1, SIZES, args.slice / 2)
+                sweeps["alone"].append(batch_rates(limit1, SIZES, args.slice / 2))
                 rates2 = {size: two_cores(limits2, size, args.slice / 2)["rps"] for size in SIZES}
-                factor2 = max(rates2.values()) / rates2[1]
-                _say(f"round {round_ + 1}/{args.rounds}: best batch in-process {best1} (x{factor1:.3f}), "
-                     f"2 cores x{factor2:.3f}")  # fmt: skip
+                sweeps["end-to-end"].append({size: rate / rates2[1] for size, rate in rates2.items()})
+                latest = {part: {k: round(v, 3) for k, v in rounds[-1].items()} for part, rounds in sweeps.items()}
+                _say(f"round {round_ + 1}/{args.rounds}: images/s by batch size vs batch 1: {latest}")
                 for concurrency in args.concurrency:
                     for name, url in end_to_end.items() if args.part != "alone" else ():
                         base = two_cores(limits2, 1, args.slice)
                         rps, p50, p99 = wrk(url, body, concurrency, args.slice, "0,1", lua)
-                        pairs.append(
-                            Pair(round_, name, concurrency, rps, p50, p99, base["rps"], base["p50_ms"], factor2)
-                        )
+                        pairs.append(Pair(round_, name, concurrency, rps, p50, p99, base["rps"], base["p50_ms"], 1.0))
                         _progress(pairs[-1], "end-to-end")
                     for name, (_, _, url) in alone.items() if args.part != "end-to-end" else ():
                         base = limit1.measure(1, args.slice)
@@ -153,13 +152,20 @@ def run(args: argparse.Namespace) -> list[Pair]:
                         count, rows = after[0] - before[0], after[1] - before[1]
                         pairs.append(
                             Pair(round_, name, concurrency, result["rps"], result["p50_ms"], result["p99_ms"],
-                                 base["rps"], base["p50_ms"], factor1, rows / count if count else None)
+                                 base["rps"], base["p50_ms"], 1.0, rows / count if count else None)
                         )  # fmt: skip
                         _progress(pairs[-1], "alone")
         finally:
             for process in [limit1, *limits2, *loaders.values()]:
                 process.close()
+    factors = {part: batch_factor(rounds) for part, rounds in sweeps.items()}
+    _say(f"best batch in-process (median over rounds): {factors}")
+    apply_factors(pairs, {part: factor for part, (factor, _) in factors.items()}, _part)
     return pairs
+
+
+def _part(contender: str) -> str:
+    return "end-to-end" if contender in (SPLIT, SINGLE) else "alone"
 
 
 def _say(text: str) -> None:
