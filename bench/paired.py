@@ -11,6 +11,8 @@ every candidate size back to back (``batch_rates``); the size with the best medi
 factor (``batch_factor``) by which each paired batch-1 slice is scaled.
 
 The load sources stay up for the whole run (``LoopProcess``): a slice costs its duration, not a Python start.
+A server still works after its load stops (the requests queued when wrk closed its connections); ``settle`` waits
+for the cores to go idle before the next slice, which would otherwise pay for that work.
 """
 
 from __future__ import annotations
@@ -19,10 +21,38 @@ import json
 import os
 import statistics
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def _core_times(cores: Sequence[int]) -> tuple[int, int]:
+    """(busy, total) jiffies of ``cores`` so far, from /proc/stat."""
+    busy = total = 0
+    wanted = {f"cpu{core}" for core in cores}
+    with open("/proc/stat") as stat:
+        for line in stat:
+            name, *fields = line.split()
+            if name in wanted:
+                values = [int(v) for v in fields[:8]]
+                total += sum(values)
+                busy += sum(values) - values[3] - values[4]  # minus idle and iowait
+    return busy, total
+
+
+def settle(cores: Sequence[int], *, below: float = 0.1, window_s: float = 0.2, timeout_s: float = 10.0) -> float:
+    """Wait until ``cores`` are busy less than ``below`` of a ``window_s`` window (the last slice's server has
+    finished the requests it had queued); give up after ``timeout_s``. Returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        busy0, total0 = _core_times(cores)
+        time.sleep(window_s)
+        busy1, total1 = _core_times(cores)
+        if total1 > total0 and (busy1 - busy0) / (total1 - total0) < below:
+            break
+    return time.monotonic() - started
 
 
 class LoopProcess:

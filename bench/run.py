@@ -70,9 +70,31 @@ def only_running(url: str | None) -> None:
     timers. On the measured core that would be stolen from whichever server is under load.
     """
     for other, group in PROCESS_GROUPS.items():
+        sent = signal.SIGCONT if other == url else signal.SIGSTOP
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGCONT if other == url else signal.SIGSTOP)
+            os.killpg(group, sent)
+        for pid in _descendants(group):  # children in a session of their own (BentoML's worker)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sent)
     time.sleep(0.2)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 @contextmanager
@@ -102,14 +124,21 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
         yield url
     finally:
         PROCESS_GROUPS.pop(url, None)
+        strays = _descendants(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGCONT)
             os.killpg(process.pid, signal.SIGTERM)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+        for pid in strays:  # children outside the group that outlived their parent
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         log.close()
 
 
