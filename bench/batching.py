@@ -519,10 +519,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks" / "batching.md")
     parser.add_argument("--render", type=Path, help="re-render the table and plot from a saved batching.json")
+    parser.add_argument(
+        "--results", type=Path, default=ROOT / "bench" / "results" / "batching.json", help="where the pairs are saved"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.slice = 2, 2.0
-    results_path = ROOT / "bench" / "results" / "batching.json"
+    results_path = args.results
     if args.render:
         saved = json.loads(args.render.read_text())
         pairs = [Pair(**p) for p in saved["pairs"]]
@@ -539,6 +542,7 @@ def main() -> None:
             "server_core": args.server_core,
             "client_core": args.client_core,
             "measured": datetime.now(UTC),
+            "command": f'make bench-batching BENCH_ARGS="{" ".join(sys.argv[1:])}"',
         }
     rows = summarize(pairs)
     results = checks(rows, pairs)
@@ -547,10 +551,14 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     plot_path = args.output.with_suffix(".png")
     plot(rows, plot_path)
-    command = f'make bench-batching BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]:g}"'
+    command = (
+        meta.get("command") or f'make bench-batching BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]:g}"'
+    )
+    saved_at = (args.render or results_path).resolve()
+    shown = saved_at.relative_to(ROOT) if saved_at.is_relative_to(ROOT) else saved_at
     args.output.write_text(
         f"# Micro-batching benchmark (imagenet)\n\nCommand: `{command}` (re-render: "
-        f"`--render bench/results/batching.json`)\n\n{text}\n![req/s and p99 against concurrency]({plot_path.name})\n"
+        f"`--render {shown}`)\n\n{text}\n![req/s and p99 against concurrency]({plot_path.name})\n"
         f"{reading(rows, pairs, sweeps)}"
     )
     if not args.render:
