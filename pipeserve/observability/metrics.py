@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,6 +19,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: Batches between two updates of the learned-cost gauges (the first batch updates them too).
+LEARNED_EVERY = 16
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
@@ -90,6 +94,21 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.batch_learned = Gauge(
+            "pipeserve_batch_learned_seconds_per_row",
+            "What a model's batcher learned: run time per row at each batch size it measured (the median of its "
+            "last runs). Adaptive mode runs the cheapest.",
+            ["pipeline", "model", "size"],
+            registry=self.registry,
+            multiprocess_mode="liveall",
+        )
+        self.batch_best_size = Gauge(
+            "pipeserve_batch_best_size",
+            "The batch size an adaptive batcher runs under load (the cheapest per row it measured).",
+            ["pipeline", "model"],
+            registry=self.registry,
+            multiprocess_mode="liveall",
+        )
         self.ready = Gauge(
             "pipeserve_ready",
             "1 when the pipeline is loaded, warm and golden-checked (the minimum over live workers).",
@@ -97,6 +116,37 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livemin",
         )
+
+    def batch_observer(self, pipeline: str, model: str) -> Callable[[Any, Any], None]:
+        """The ``on_batch`` callback for one model's batcher: the batch histograms on every batch and, every
+        ``LEARNED_EVERY`` batches, the learned cost gauges (from the node's ``learned_costs()``, when it has one)."""
+        size = self.batch_size.labels(pipeline=pipeline, model=model)
+        wait = self.batch_queue_wait.labels(pipeline=pipeline, model=model)
+        run = self.batch_run.labels(pipeline=pipeline, model=model)
+        per_row_gauges: dict[int, Any] = {}  # created when first set: a series at 0 would read as a cost
+        batches = 0
+
+        def on_batch(node: Any, info: Any) -> None:
+            nonlocal batches
+            size.observe(info.size)
+            wait.observe(info.queue_wait_s)
+            run.observe(info.run_s)
+            batches += 1
+            learned = getattr(node, "learned_costs", None)
+            if learned is None or (batches - 1) % LEARNED_EVERY:
+                return
+            per_row, best_size = learned()
+            for rows, seconds in per_row.items():
+                gauge = per_row_gauges.get(rows)
+                if gauge is None:
+                    gauge = per_row_gauges[rows] = self.batch_learned.labels(
+                        pipeline=pipeline, model=model, size=str(rows)
+                    )
+                gauge.set(seconds)
+            if best_size is not None:
+                self.batch_best_size.labels(pipeline=pipeline, model=model).set(best_size)
+
+        return on_batch
 
     def render(self) -> bytes:
         """The registry (or, with several workers, all workers' values) in Prometheus text format."""

@@ -432,16 +432,23 @@ class ModelNode:
         )
         return info
 
+    def learned_costs(self) -> tuple[dict[int, float], int | None]:
+        """What the batcher learned so far: seconds per row by batch size, and the size adaptive mode runs under
+        load (``None`` in fixed mode, or before two sizes were measured)."""
+        if self._batcher is None:
+            return {}, None
+        latency = self._batcher.latency
+        per_row = {size: seconds / size for size, seconds in sorted(latency.by_size().items())}
+        best = latency.best_size(self.policy.max_batch_size) if self.policy.mode == "adaptive" else None
+        return per_row, best
+
     def _learned(self) -> dict[str, Any]:
-        """What the batcher learned so far: cost per row by batch size, and the size adaptive mode runs."""
         if self._batcher is None:
             return {}
-        latency = self._batcher.latency
+        per_row, best = self.learned_costs()
         return {
-            "learned_ms_per_row": {
-                str(size): round(seconds / size * 1000, 3) for size, seconds in sorted(latency.by_size().items())
-            },
-            "best_size": latency.best_size(self.policy.max_batch_size) if self.policy.mode == "adaptive" else None,
+            "learned_ms_per_row": {str(size): round(seconds * 1000, 3) for size, seconds in per_row.items()},
+            "best_size": best,
         }
 
 

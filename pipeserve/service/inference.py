@@ -367,16 +367,7 @@ class InferenceService:
 
         self.pipeline.observer = observe
         for model in self.pipeline.models:
-            size = metrics.batch_size.labels(pipeline=name, model=model.name)
-            wait = metrics.batch_queue_wait.labels(pipeline=name, model=model.name)
-            run = metrics.batch_run.labels(pipeline=name, model=model.name)
-
-            def on_batch(node: Any, info: Any, size: Any = size, wait: Any = wait, run: Any = run) -> None:
-                size.observe(info.size)
-                wait.observe(info.queue_wait_s)
-                run.observe(info.run_s)
-
-            model.on_batch = on_batch
+            model.on_batch = metrics.batch_observer(name, model.name)
 
 
 def _is_text(value: Any) -> bool:

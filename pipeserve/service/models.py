@@ -293,16 +293,7 @@ class ModelService:
     def _bind_metrics(self, node: ModelNode) -> None:
         if self.metrics is None:
             return
-        size = self.metrics.batch_size.labels(pipeline="v2", model=node.name)
-        wait = self.metrics.batch_queue_wait.labels(pipeline="v2", model=node.name)
-        run = self.metrics.batch_run.labels(pipeline="v2", model=node.name)
-
-        def on_batch(_: Any, info: Any) -> None:
-            size.observe(info.size)
-            wait.observe(info.queue_wait_s)
-            run.observe(info.run_s)
-
-        node.on_batch = on_batch
+        node.on_batch = self.metrics.batch_observer("v2", node.name)
 
     # -- lookups -----------------------------------------------------------------------------------------------------
 

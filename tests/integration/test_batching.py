@@ -129,3 +129,20 @@ def test_the_access_log_line_names_the_batch(client_factory: Any, tmp_path: Path
     assert '"batches":{"model":{"batch_id":' in line
     assert '"batch_size":1' in line
     assert '"queue_wait_ms":' in line
+
+
+def test_metrics_show_what_an_adaptive_batcher_learned(client_factory: Any, tmp_path: Path) -> None:
+    client = client_factory(
+        write_spec(tmp_path, "SumRuntime", batching="{max_batch_size: 8, max_latency_ms: 5, mode: adaptive}")
+    )
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.post("/predict", json={"data": [[i, 1, 2]]}), range(48)))
+    metrics = client.get("/metrics").text
+    learned = [line for line in metrics.splitlines() if line.startswith("pipeserve_batch_learned_seconds_per_row{")]
+    assert learned, "per-row cost by batch size"
+    assert all('model="model"' in line and 'pipeline="batched"' in line for line in learned)
+    assert all(float(line.rsplit(" ", 1)[1]) >= 0 for line in learned)
+    metadata = client.get("/metadata").json()
+    node = next(n for n in metadata["nodes"] if n["name"] == "model")
+    sizes = {line.split('size="')[1].split('"')[0] for line in learned}
+    assert sizes <= set(node["batching"]["learned_ms_per_row"]), "the gauges and /metadata tell the same sizes"

@@ -24,6 +24,7 @@ import pytest
 
 from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, InvalidInput, Overloaded
+from pipeserve.observability.metrics import Metrics
 from pipeserve.pipeline.loader import load_spec
 from pipeserve.pipeline.release import fingerprint
 from pipeserve.remote.clients import EndpointDown, GrpcClient, HttpClient
@@ -874,3 +875,26 @@ async def test_start_grpc_server_on_a_taken_port_raises_oserror(spec_service: Mo
 async def test_an_unknown_grpc_engine_is_refused(spec_service: ModelService) -> None:
     with pytest.raises(ValueError, match="'native' or 'grpcio'"):
         await start_grpc_server(spec_service, "127.0.0.1", 0, engine="fast")  # type: ignore[arg-type]
+
+
+async def test_the_inference_server_exports_what_its_batchers_learned(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    (tmp_path / "pipeline.yaml").write_text("""
+pipeline:
+  name: summed
+  input: {kind: tensor, shape: [-1, 3]}
+  nodes:
+  - name: model
+    model_load_meta: {runtime: "tests.fakes:SumRuntime", artifact: weights.bin}
+    batching: {max_batch_size: 4, max_latency_ms: 5, mode: adaptive}
+""")
+    metrics = Metrics()
+    service = await make_service(ModelRepository.from_spec(load_spec(tmp_path)), metrics=metrics)
+    rows = [np.array([[i, 1.0, 2.0]], dtype=np.float32) for i in range(24)]
+    answers = await asyncio.gather(*(service.infer("model", "", {"input": row}) for row in rows))
+    assert [float(outputs["output"][0, 0]) for _, outputs in answers] == [i + 3.0 for i in range(24)]
+    text = metrics.render().decode()
+    assert 'pipeserve_batch_learned_seconds_per_row{model="model",pipeline="v2",size="1"}' in text
+    assert 'pipeserve_batch_size_count{model="model",pipeline="v2"}' in text
