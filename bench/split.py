@@ -287,12 +287,17 @@ def reading(rows: list[Summary], pairs: list[Pair]) -> str:
         f"a sweep over batch sizes {', '.join(map(str, SIZES))}), so the inference server's classifier batches "
         "adaptively (`max_batch_size: 4, mode: adaptive` in examples/imagenet/pipeline.yaml): it times every batch "
         "size at warm-up and settles on the cheapest per image. Inside the server, though, batches of 2 cost "
-        "about what two batches of 1 do (its learned costs under load at concurrency 32, read in a debug run: "
-        "15.0-16.1 ms per image at 1, 14.9-16.0 at 2), so it mostly runs 1 (the mean batch column). Likely "
-        "reason, not established (a loop on fresh copies measured too noisily here to tell): the loop runs one "
-        "tensor over and over, hot in the cache; a server's requests arrive in fresh memory. "
-        '"vs limit at batch 1" is the ratio to the unbatched engine, the bar a server reaches '
-        "without batching.\n"
+        "about what two batches of 1 do (its learned costs under load at concurrency 32: 15.0-16.1 ms per image "
+        "at 1, 14.9-16.0 at 2; /metrics has them as `pipeserve_batch_learned_seconds_per_row`), so it mostly runs "
+        "1 (the mean batch column). The loop "
+        "runs one tensor over and over, hot in the cache; a server's batches are requests that arrived in fresh "
+        "memory. bench/apps/batch_gain.py measures both in one process: three runs of 16 interleaved rounds gave "
+        "batch 2 x1.03-x1.06 over batch 1 on the hot tensor and x0.996-x1.013 on fresh ones (each run's middle "
+        "half spans ±5%), which suggests most of the loop's gain is one a server cannot have (not settled: the "
+        "batching benchmark's limit, which decodes fresh images for every batch, showed x1.09 at 2 on this "
+        "machine, whose per-round sweeps range from x0.86 to x1.55). "
+        '"vs limit at batch 1" is the ratio to the unbatched engine, the bar a server reaches without '
+        "batching.\n"
     )
     parts.append(
         "**How it is measured.** This machine's speed drifts by 10-15% within a minute; medians of runs taken "
