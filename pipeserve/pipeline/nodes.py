@@ -261,10 +261,10 @@ class ModelNode:
         caches) and would make their size look dearer than it is. In adaptive mode each size the batcher tries
         (1, 2, 4, ..., ``max_batch_size``) runs three times now on the warm-up's input: the first is cold (a new
         shape), the faster of the other two is what the batcher starts from (ONNX Runtime's EfficientNet-Lite0 on
-        one core: 5% cheaper per image at 2 than at 1, 11% dearer at 8). Sizes stop growing once the cost per row
-        is 20% over the best seen (TorchScript's EfficientNet on one core only gets dearer per image) or a run takes
-        over a second; the batcher still tries them now and then. Otherwise: the fastest warm-up run. Blocks for
-        the runs: call it in a worker thread.
+        one core, on one machine: 5% cheaper per image at 2 than at 1, 11% dearer at 8; it varies by machine).
+        Sizes stop growing once the cost per row is 20% over the best seen (TorchScript's EfficientNet on one core
+        only gets dearer per image) or a run takes over a second; the batcher still tries them now and then.
+        Otherwise: the fastest warm-up run. Blocks for the runs: call it in a worker thread.
         """
         batcher = self._batcher
         if batcher is None or self._last_inputs is None:
