@@ -11,17 +11,21 @@ import abc
 from typing import Any
 from urllib.parse import urlsplit
 
+from google.protobuf.message import DecodeError
+
 from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, InvalidInput, Overloaded, PipeserveError
 from pipeserve.observability import tracing
 from pipeserve.observability.context import request_id_var
 from pipeserve.remote.grpc_channel import GrpcChannel
 from pipeserve.types import Signature, TensorDict, TensorSpec
-from pipeserve.v2 import grpc_codec
+from pipeserve.v2 import grpc_codec, infer_proto
 from pipeserve.v2._proto import inference_pb2 as pb
 from pipeserve.v2.grpc_service import MESSAGE_OPTIONS, METHODS, SERVICE, Stub
 from pipeserve.v2.grpc_wire import GrpcWireError
 from pipeserve.v2.rest_codec import HEADER_LENGTH, decode_infer_response, encode_infer_request
+
+_INFER_PATH = f"/{SERVICE}/ModelInfer"
 
 #: Reconnect quickly after an inference server restarts (gRPC's default backoff grows to 2 minutes).
 _CHANNEL_OPTIONS = [
@@ -124,23 +128,30 @@ class GrpcClient(V2Client):
 
             self._aio = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
             self._stub = Stub(self._aio)
+            # ModelInfer travels as bytes both ways: infer_proto writes and reads it (tensors copied once).
+            self._aio_infer = self._aio.unary_unary(_INFER_PATH, request_serializer=None, response_deserializer=None)
         else:
             raise ValueError(f"grpc engine must be 'native' or 'grpcio', got {engine!r}")
 
     async def _call(self, method: str, request: Any, timeout_s: float, metadata: Any = None) -> Any:
-        response_type = METHODS[method][1]
+        """Call ``method`` with a protobuf request; its protobuf response."""
         if self._channel is not None:
-            try:
-                raw = await self._channel.unary(
-                    f"/{SERVICE}/{method}", request.SerializeToString(), timeout_s=timeout_s, metadata=metadata or ()
-                )
-            except GrpcWireError as exc:
-                raise _status_error(self.url, exc.code_name, exc.details) from None
-            return response_type.FromString(raw)
+            raw = await self._unary(f"/{SERVICE}/{method}", request.SerializeToString(), timeout_s, metadata)
+            return METHODS[method][1].FromString(raw)
+        return await self._aio_call(getattr(self._stub, method), request, timeout_s, metadata)
+
+    async def _unary(self, path: str, request: bytes, timeout_s: float, metadata: Any) -> bytes | memoryview:
+        assert self._channel is not None
+        try:
+            return await self._channel.unary(path, request, timeout_s=timeout_s, metadata=metadata or ())
+        except GrpcWireError as exc:
+            raise _status_error(self.url, exc.code_name, exc.details) from None
+
+    async def _aio_call(self, callable_: Any, request: Any, timeout_s: float, metadata: Any) -> Any:
         import grpc
 
         try:
-            return await getattr(self._stub, method)(request, timeout=timeout_s, metadata=metadata)
+            return await callable_(request, timeout=timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             raise _status_error(self.url, exc.code().name, exc.details() or "") from None
 
@@ -162,11 +173,18 @@ class GrpcClient(V2Client):
     async def infer(
         self, model: str, version: str, inputs: TensorDict, outputs: list[str] | None, timeout_s: float
     ) -> tuple[TensorDict, dict[str, Any]]:
-        request = grpc_codec.build_request(model, version, inputs, outputs, request_id=request_id_var.get() or "")
+        request = infer_proto.encode_request(model, version, inputs, outputs, request_id=request_id_var.get() or "")
         metadata: dict[str, str] = {}
         tracing.inject(metadata)
-        response = await self._call("ModelInfer", request, timeout_s, tuple(metadata.items()) or None)
-        return grpc_codec.response_tensors(response), grpc_codec.get_parameters(response.parameters)
+        carried = tuple(metadata.items()) or None
+        if self._channel is not None:
+            raw = await self._unary(_INFER_PATH, request, timeout_s, carried)
+        else:
+            raw = await self._aio_call(self._aio_infer, request, timeout_s, carried)
+        try:
+            return infer_proto.decode_response(raw)
+        except DecodeError as exc:
+            raise RemoteError(f"{self.url}: an answer that is not a ModelInferResponse ({exc})") from None
 
     async def close(self) -> None:
         if self._channel is not None:

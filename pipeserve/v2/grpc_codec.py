@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,8 +51,16 @@ def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
             param.string_param = str(value)
 
 
-def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict:
+def tensors_of(specs: Iterable[Any], raw: Sequence[bytes | memoryview], *, what: str) -> TensorDict:
+    """The named tensors of a message's tensor specs, from ``raw`` contents (one per spec) or typed ones.
+
+    Raises:
+        InvalidInput: sizes that do not match shapes, unknown datatypes, raw and typed contents both, input
+            names that repeat.
+    """
     specs = list(specs)
+    if what == "input" and len(specs) > 1:
+        _check_unique([spec.name for spec in specs])
     # Both at once is malformed in a request; a response may carry empty typed contents beside raw (MLServer).
     if raw and what == "input" and any(spec.HasField("contents") and spec.contents.ByteSize() for spec in specs):
         raise InvalidInput(f"{what}s carry both raw and typed contents", expected="one or the other, per message")
@@ -88,20 +96,22 @@ def _tensors(specs: Iterable[Any], raw: list[bytes], *, what: str) -> TensorDict
     return tensors
 
 
+def _check_unique(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"input names {names} repeat", expected="each input once")
+
+
 def request_tensors(request: pb.ModelInferRequest) -> TensorDict:
     """The named input tensors of a request (raw or typed contents).
 
     Raises:
         InvalidInput: sizes that do not match shapes, unknown datatypes, duplicate names.
     """
-    names = [t.name for t in request.inputs]
-    if len(set(names)) != len(names):
-        raise InvalidInput(f"input names {names} repeat", expected="each input once")
-    return _tensors(request.inputs, list(request.raw_input_contents), what="input")
+    return tensors_of(request.inputs, list(request.raw_input_contents), what="input")
 
 
 def response_tensors(response: pb.ModelInferResponse) -> TensorDict:
-    return _tensors(response.outputs, list(response.raw_output_contents), what="output")
+    return tensors_of(response.outputs, list(response.raw_output_contents), what="output")
 
 
 def build_response(

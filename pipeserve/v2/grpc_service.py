@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from pipeserve.v2 import infer_proto
 from pipeserve.v2._proto import inference_pb2 as pb
 
 SERVICE = "inference.GRPCInferenceService"
@@ -27,6 +28,20 @@ METHODS: dict[str, tuple[Any, Any]] = {
     "RepositoryModelUnload": (pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
 }
 
+#: How a server reads an RPC's request and writes its answer where protobuf's own objects would cost: ModelInfer's
+#: tensors stay views of the bytes on the wire (``infer_proto``). Its handler takes an ``InferRequest`` and returns an
+#: ``InferResponse``.
+SERVER_CODECS: dict[str, tuple[Any, Any]] = {
+    "ModelInfer": (infer_proto.decode_request, infer_proto.encode_response),
+}
+
+
+def server_codec(name: str) -> tuple[Any, Any]:
+    """(request deserializer, response serializer) of RPC ``name`` on a server."""
+    request, response = METHODS[name]
+    return SERVER_CODECS.get(name, (request.FromString, response.SerializeToString))
+
+
 #: Real tensors are far above gRPC's 4 MiB default; Triton's HTTP limit is 64 MiB, tritonclient's channel INT32_MAX.
 MAX_MESSAGE_BYTES = 1 << 30
 MESSAGE_OPTIONS = [
@@ -37,14 +52,12 @@ MESSAGE_OPTIONS = [
 
 def add_servicer(server: Any, servicer: Any) -> None:
     """Register ``servicer``'s methods (named as the RPCs) on a grpc (aio) server."""
-    handlers = {
-        name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, name),
-            request_deserializer=request.FromString,
-            response_serializer=response.SerializeToString,
+    handlers = {}
+    for name in METHODS:
+        deserialize, serialize = server_codec(name)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=deserialize, response_serializer=serialize
         )
-        for name, (request, response) in METHODS.items()
-    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 

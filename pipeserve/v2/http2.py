@@ -59,6 +59,7 @@ MAX_WINDOW = 2**31 - 1
 MAX_FRAME_LIMIT = 2**24 - 1
 
 _U32 = struct.Struct(">I")
+_FRAME_HEADER = struct.Struct(">HHBI")  # length (24 bits, split), type, flags, stream id
 
 Headers = list[tuple[str, str]]
 
@@ -451,10 +452,11 @@ class Http2Endpoint(asyncio.Protocol):
     def _send(self, stream: Stream, headers: bytes, body: bytes | memoryview, after: bytes | None) -> None:
         """Send a header block (skipped if empty), a body within the windows, then end our side: with the trailer
         block ``after``, or (``after`` None) with END_STREAM on the body's last frame. The rest waits for window.
+        What goes out now is written in one piece, the body copied once.
         """
         if stream.closed or self._transport is None:
             return
-        out = []
+        out: list[bytes | memoryview] = []
         ends = after is None
         if headers:
             flags = END_HEADERS | (END_STREAM if ends and not body else 0)
@@ -462,9 +464,7 @@ class Http2Endpoint(asyncio.Protocol):
         if body:
             stream._pending = memoryview(body)
             stream._after = b"" if after is None else after
-            data, done = self._take_data(stream)
-            out.append(data)
-            if not done:  # the rest goes as the peer's windows open
+            if not self._take_data(stream, out):  # the rest goes as the peer's windows open
                 self._blocked[stream.id] = stream
                 self._write(b"".join(out))
                 return
@@ -476,12 +476,12 @@ class Http2Endpoint(asyncio.Protocol):
     def _sent_all(self, stream: Stream) -> None:
         """Our side of ``stream`` is out (END_STREAM sent)."""
 
-    def _take_data(self, stream: Stream) -> tuple[bytes, bool]:
-        """DATA frames for as much of the pending body as the windows allow, and whether that was all of it (then
-        the frames end our side: END_STREAM on the last, or the trailer block after it)."""
+    def _take_data(self, stream: Stream, out: list[bytes | memoryview]) -> bool:
+        """Append to ``out`` DATA frames (headers and views of the body) for as much of the pending body as the
+        windows allow; whether that was all of it (then the frames end our side: END_STREAM on the last, or the
+        trailer block after it)."""
         pending = stream._pending
         assert pending is not None
-        frames = []
         sent = 0
         total = len(pending)
         while sent < total:
@@ -490,24 +490,26 @@ class Http2Endpoint(asyncio.Protocol):
                 break
             last = sent + room == total
             flags = END_STREAM if last and stream._after == b"" else 0
-            frames.append(frame(DATA, flags, stream.id, pending[sent : sent + room]))
+            out.append(frame_header(DATA, flags, stream.id, room))
+            out.append(pending[sent : sent + room])
             sent += room
             self._send_window -= room
             stream.send_window -= room
         if sent < total:
             stream._pending = pending[sent:]
-            return b"".join(frames), False
+            return False
         stream._pending = None
         if stream._after:
-            frames.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, stream._after))
-        return b"".join(frames), True
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, stream._after))
+        return True
 
     def _flush(self, stream: Stream) -> None:
         if stream._pending is None:
             return
-        data, done = self._take_data(stream)
-        if data:
-            self._write(data)
+        out: list[bytes | memoryview] = []
+        done = self._take_data(stream, out)
+        if out:
+            self._write(b"".join(out))
         if done:
             del self._blocked[stream.id]
             self._sent_all(stream)
@@ -565,7 +567,12 @@ _FRAME_HANDLERS: dict[int, Callable[[Http2Endpoint, int, int, memoryview], None]
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview) -> bytes:
     """One frame: its 9-byte header and ``payload``."""
-    return (len(payload) << 8 | kind).to_bytes(4, "big") + bytes((flags,)) + _U32.pack(stream_id) + payload
+    return frame_header(kind, flags, stream_id, len(payload)) + payload
+
+
+def frame_header(kind: int, flags: int, stream_id: int, length: int) -> bytes:
+    """The 9-byte header of a frame whose payload is ``length`` bytes."""
+    return _FRAME_HEADER.pack(length >> 8, (length & 0xFF) << 8 | kind, flags, stream_id)
 
 
 def unpad(flags: int, payload: memoryview) -> memoryview:

@@ -17,7 +17,8 @@ from pipeserve.server.v2.http2 import Http2Limits
 from pipeserve.service.models import ModelService
 from pipeserve.v2 import RELEASE_PARAMETER, grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
-from pipeserve.v2.grpc_service import MAX_MESSAGE_BYTES, MESSAGE_OPTIONS, METHODS, SERVICE, add_servicer
+from pipeserve.v2.grpc_service import MAX_MESSAGE_BYTES, MESSAGE_OPTIONS, METHODS, SERVICE, add_servicer, server_codec
+from pipeserve.v2.infer_proto import InferRequest, InferResponse
 
 logger = logging.getLogger("pipeserve.server.grpc")
 T = TypeVar("T")
@@ -80,26 +81,32 @@ class GrpcInferenceServicer:
 
         return await self._answer(context, call)
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        token = request_id_var.set(accept_request_id(request.id))  # the caller's job id, on our spans and logs
+    async def ModelInfer(self, request: InferRequest, context: Any) -> InferResponse:
+        """Read by ``infer_proto.decode_request``, written by ``infer_proto.encode_response`` (``server_codec``)."""
+        message = request.message
+        token = request_id_var.set(accept_request_id(message.id))  # the caller's job id, on our spans and logs
         try:
             if not tracing.enabled():  # the hot path: no span, no metadata scan
                 return await self._answer(context, self._infer, request, context)
             carrier = {key: value for key, value in context.invocation_metadata() or () if key == "traceparent"}
-            with tracing.span(f"v2 infer {request.model_name}", kind="server", carrier=carrier):
+            with tracing.span(f"v2 infer {message.model_name}", kind="server", carrier=carrier):
                 return await self._answer(context, self._infer, request, context)
         finally:
             request_id_var.reset(token)
 
-    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        inputs = grpc_codec.request_tensors(request)
-        timeout_s = _timeout(context, grpc_codec.get_parameters(request.parameters) if request.parameters else {})
-        model, version = request.model_name, request.model_version
-        entry, outputs = await self.service.infer(model, version, inputs, timeout_s=timeout_s)
-        requested = [out.name for out in request.outputs] or None
-        return grpc_codec.build_response(
-            entry.name, entry.version, request.id, outputs, requested, {RELEASE_PARAMETER: entry.release or ""}
+    async def _infer(self, request: InferRequest, context: Any) -> InferResponse:
+        message = request.message
+        inputs = request.tensors()
+        timeout_s = _timeout(context, request.parameters())
+        entry, outputs = await self.service.infer(
+            message.model_name, message.model_version, inputs, timeout_s=timeout_s
         )
+        names = request.requested_outputs() or list(outputs)
+        unknown = [name for name in names if name not in outputs]
+        if unknown:
+            raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
+        selected = {name: outputs[name] for name in names}
+        return InferResponse(entry.name, entry.version, message.id, selected, {RELEASE_PARAMETER: entry.release or ""})
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         response = pb.RepositoryIndexResponse()
@@ -152,9 +159,9 @@ async def start_grpc_server(
     if engine == "native":
         methods = {
             f"/{SERVICE}/{name}": UnaryMethod(
-                getattr(servicer, name), req.FromString, resp.SerializeToString, enforces_deadline=name == "ModelInfer"
+                getattr(servicer, name), *server_codec(name), enforces_deadline=name == "ModelInfer"
             )
-            for name, (req, resp) in METHODS.items()
+            for name in METHODS
         }
         native = GrpcServer(methods, limits=Http2Limits(max_body_bytes=MAX_MESSAGE_BYTES + 5))
         await native.start(host, port)
