@@ -19,10 +19,11 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from pipeserve import _eager
 from pipeserve.server.v2.http2 import Http2Connection, Http2Limits, ServerStream
 from pipeserve.v2.grpc_wire import (
     DEADLINE_EXCEEDED,
@@ -47,7 +48,7 @@ logger = logging.getLogger("pipeserve.server.grpc")
 class UnaryMethod:
     """One RPC: ``handler(request, context)`` with the request decoded and the response encoded by these."""
 
-    handler: Callable[[Any, ServerContext], Awaitable[Any]]
+    handler: Callable[[Any, ServerContext], Coroutine[Any, Any, Any]]
     #: Takes the message as a bytes-like object (a memoryview; protobuf's ``FromString`` takes one).
     deserialize: Callable[[Any], Any]
     serialize: Callable[[Any], bytes]
@@ -151,9 +152,7 @@ class GrpcServer:
             if deadline is None or method.enforces_deadline:
                 response = await method.handler(request, context)
             else:
-                loop = asyncio.get_running_loop()
-                async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
-                    response = await method.handler(request, context)
+                response = await _eager.run_within(method.handler(request, context), deadline)
             return method.serialize(response)
         except GrpcWireError:
             raise

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from pipeserve import _eager
 from pipeserve.v2.http2 import (
     GOAWAY,
     INTERNAL_ERROR,
@@ -103,7 +104,8 @@ class Http2Connection(Http2Endpoint):
 
     def _stream_ended(self, stream: Stream) -> None:
         assert isinstance(stream, ServerStream)
-        stream.task = asyncio.get_running_loop().create_task(self._run(stream))
+        # Run at once, up to the handler's first wait: a request answered without waiting needs no task.
+        stream.task = _eager.start(self._run(stream))
 
     async def _run(self, stream: ServerStream) -> None:
         try:

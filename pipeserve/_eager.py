@@ -1,0 +1,104 @@
+"""Coroutines run up to their first wait at once, a task made only for the rest (Python 3.12's eager tasks).
+
+A request that an inference server answers without waiting (a model alone on the event loop) then needs no task,
+no trip round the event loop and no future callbacks: on the cold path right after a model run those cost
+~130 us of what the network hop adds (docs/split.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+import types
+from collections.abc import Coroutine, Generator
+from typing import Any
+
+
+class _Slot:
+    """Where ``start`` puts the task it makes for the rest of a coroutine it began."""
+
+    __slots__ = ("task",)
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+
+
+_slot: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("pipeserve_eager_slot", default=None)
+
+
+def start(coroutine: Coroutine[Any, Any, None], *, name: str | None = None) -> asyncio.Task[None] | None:
+    """Run ``coroutine`` now, in a copy of the current context (as a task would), up to its first wait; the task
+    that finishes it, or ``None`` when it finished at once. An exception it raises before its first wait
+    propagates here; later ones end the task."""
+    context = contextvars.copy_context()
+    slot = _Slot()
+    context.run(_slot.set, slot)
+    try:
+        waiting_on = context.run(coroutine.send, None)
+    except StopIteration:
+        return None
+    task = asyncio.get_running_loop().create_task(_finish(coroutine, waiting_on), name=name, context=context)
+    slot.task = task
+    return task
+
+
+async def _finish(coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> Any:
+    return await resume(coroutine, waiting_on)
+
+
+@types.coroutine
+def resume(coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, Any, Any]:
+    """Await the rest of ``coroutine``, which has run up to a wait and handed out ``waiting_on`` (what a task
+    waits on: a future, or None to yield once): the task waits on it, then resumes the coroutine where it was."""
+    while True:
+        try:
+            yield waiting_on
+        except BaseException as exc:  # noqa: BLE001 - cancelled (or thrown into) while waiting: the coroutine decides
+            try:
+                waiting_on = coroutine.throw(exc)
+            except StopIteration as finished:
+                return finished.value
+            continue
+        return (yield from coroutine)
+
+
+async def run_within(coroutine: Coroutine[Any, Any, Any], deadline_s: float) -> Any:
+    """Await ``coroutine``, cancelled at ``deadline_s`` (``time.monotonic()``) with ``TimeoutError``; the timer
+    is armed only if it waits (what runs start to finish on the event loop cannot be interrupted anyway)."""
+    try:
+        waiting_on = coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    return await resume_within(coroutine, waiting_on, deadline_s)
+
+
+async def resume_within(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, deadline_s: float) -> Any:
+    """``resume``, cancelled at ``deadline_s`` (``time.monotonic()``) with ``TimeoutError``, like
+    ``asyncio.timeout_at``; also where no task runs yet, inside ``start``'s first step (the timer cancels the task
+    that ``start`` makes)."""
+    task = asyncio.current_task()
+    slot = _slot.get() if task is None else None
+    if task is None and slot is None:
+        raise RuntimeError("resume_within must run in a task or in a coroutine begun by _eager.start")
+    cancelling = task.cancelling() if task is not None else 0
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        target = task if task is not None else slot.task if slot is not None else None
+        if target is not None and not target.done():
+            expired = True
+            target.cancel()
+
+    loop = asyncio.get_running_loop()
+    timer = loop.call_at(loop.time() + deadline_s - time.monotonic(), expire)
+    try:
+        return await resume(coroutine, waiting_on)
+    except asyncio.CancelledError:
+        owner = task if task is not None else slot.task if slot is not None else None
+        if expired and owner is not None and owner.uncancel() <= cancelling:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
