@@ -35,6 +35,8 @@ class BatchInfo:
     queue_wait_s: float
     run_s: float
     worker: int = 0
+    #: When it started (``time.monotonic()``).
+    started_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,17 +222,10 @@ class Batcher(Generic[T, R]):
         now = time.monotonic()
         if deadline_s is not None and now >= deadline_s:
             raise DeadlineExceeded(f"the request's deadline passed before {self.name} ran it")
-        future: asyncio.Future[tuple[R, BatchInfo, float]] = asyncio.get_running_loop().create_future()
-        entry = _Pending(item, self._size_of(item) if self._size_of is not None else 1, future, deadline_s, now)
         self._arrivals.arrived(now)
-        try:
-            await self._run([entry], 0)
-        except asyncio.CancelledError:
-            if future.done():
-                future.exception()  # retrieved: the caller is going away with CancelledError instead
-            raise
-        result, info, wait_s = future.result()  # _run resolved it, with the result or the batch's error
-        return Traced(result, info, wait_s)
+        size = self._size_of(item) if self._size_of is not None else 1
+        results, info = await self._execute([item], size, 0, now)
+        return Traced(results[0], info, info.queue_wait_s)
 
     def _enqueue(self, item: T, deadline_s: float | None) -> asyncio.Future[tuple[R, BatchInfo, float]]:
         if self._wakeup is None or self._closing:
@@ -348,34 +343,41 @@ class Batcher(Generic[T, R]):
         return True
 
     async def _run(self, batch: list[_Pending[T, R]], worker: int) -> None:
-        self._batch_counter += 1
-        batch_id = self._batch_counter
-        started = time.monotonic()
         rows = sum(entry.size for entry in batch)
-        self._running += 1
         try:
-            results = await self._fns[worker]([entry.item for entry in batch])
-            if len(results) != len(batch):
-                raise RuntimeError(
-                    f"{self.name}: batch function returned {len(results)} results for {len(batch)} items"
-                )
+            results, info = await self._execute([entry.item for entry in batch], rows, worker, batch[0].enqueued_s)
         except asyncio.CancelledError:
             _fail(batch, NotReady(f"{self.name} stopped while this request ran"))
             raise
         except Exception as exc:  # noqa: BLE001 - the error belongs to every caller of this batch
             _fail(batch, exc)
             return
-        finally:
-            self._running -= 1
-        run_s = time.monotonic() - started
-        if self._learns_latency:
-            self.latency.observe(rows, run_s)
-        info = BatchInfo(batch_id, rows, len(batch), started - batch[0].enqueued_s, run_s, worker)
+        started = info.started_s
         for entry, result in zip(batch, results, strict=True):
             if not entry.future.done():
                 entry.future.set_result((result, info, started - entry.enqueued_s))
+
+    async def _execute(
+        self, items: list[T], rows: int, worker: int, first_enqueued_s: float
+    ) -> tuple[list[R], BatchInfo]:
+        """Run one batch: its results (checked to be one per item) and what ran; reported after the caller's turn."""
+        self._batch_counter += 1
+        batch_id = self._batch_counter
+        started = time.monotonic()
+        self._running += 1
+        try:
+            results = await self._fns[worker](items)
+        finally:
+            self._running -= 1
+        if len(results) != len(items):
+            raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for {len(items)} items")
+        run_s = time.monotonic() - started
+        if self._learns_latency:
+            self.latency.observe(rows, run_s)
+        info = BatchInfo(batch_id, rows, len(items), started - first_enqueued_s, run_s, worker, started)
         if self._on_batch is not None:  # after the callers' answers are out: metrics are not on their clock
             asyncio.get_running_loop().call_soon(self._report, info)
+        return results, info
 
     def _report(self, info: BatchInfo) -> None:
         assert self._on_batch is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -88,7 +87,10 @@ class LatencyModel:
         if runs is None:
             runs = self._runs[size] = deque(maxlen=self.window)
         runs.append(seconds)
-        self._by_size[size] = statistics.median(runs)  # one assignment: readers in other threads see old or new
+        ordered = sorted(runs)
+        middle = len(ordered) // 2
+        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        self._by_size[size] = median  # one assignment: readers in other threads see old or new
 
     def by_size(self) -> dict[int, float]:
         """The learned seconds per batch, by batch size."""

@@ -20,7 +20,11 @@ def new_request_id() -> str:
 
 def accept_request_id(incoming: str | None) -> str:
     """Honour a caller's ``X-Request-ID`` when it is a sane token (<= 128 URL-safe chars), else make one."""
-    if incoming and _VALID_ID.fullmatch(incoming):
+    if (
+        incoming
+        and len(incoming) <= 128
+        and ((incoming.isascii() and incoming.isalnum()) or _VALID_ID.fullmatch(incoming))
+    ):
         return incoming
     return new_request_id()
 
