@@ -21,13 +21,15 @@ import base64
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -80,21 +82,11 @@ def two_cores(limits: list[LoopProcess], batch: int, slice_s: float) -> dict[str
     return {"rps": sum(r["rps"] for r in results), "p50_ms": sum(r["p50_ms"] for r in results) / len(results)}
 
 
-def run(args: argparse.Namespace) -> list[Pair]:
+def run(args: argparse.Namespace) -> tuple[list[Pair], list[dict[str, Any]]]:
     pairs: list[Pair] = []
+    hops: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        workdir = Path(tmp)
-        lua = workdir / "post.lua"
-        lua.write_text(LUA)
-        body = workdir / "cat.json"
-        cat = (EXAMPLE / "samples" / "cat.jpg").read_bytes()
-        body.write_text(json.dumps({"data": base64.b64encode(cat).decode()}))
-        tensor = workdir / "cat.npy"
-        sys.path.insert(0, str(ROOT))
-        os.environ["BENCH_MODEL"] = "imagenet"
-        from bench.apps.common import preprocess_image
-
-        np.save(tensor, preprocess_image(base64.b64encode(cat).decode()))
+        lua, body, tensor = write_inputs(Path(tmp))
         log_dir = ROOT / "bench" / "results" / "raw"
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -126,7 +118,7 @@ def run(args: argparse.Namespace) -> list[Pair]:
                    for name, (proto, target, _) in alone.items()}  # fmt: skip
         for loader in loaders.values():  # warm up: connections, and the adaptive batchers' learning
             loader.measure(8, 2)
-        for url in end_to_end.values():
+        for url in end_to_end.values() if args.part != "alone" else ():
             wrk(url, body, 8, 2, "0,1", lua)
         sweeps: dict[str, list[dict[int, float]]] = {"alone": [], "end-to-end": []}
         try:
@@ -144,26 +136,96 @@ def run(args: argparse.Namespace) -> list[Pair]:
                         pairs.append(Pair(round_, name, concurrency, rps, p50, p99, base["rps"], base["p50_ms"], 1.0))
                         _progress(pairs[-1], "end-to-end")
                     for name, (_, _, url) in alone.items() if args.part != "end-to-end" else ():
-                        base = limit1.measure(1, args.slice)
-                        before = batches(url)
-                        result = loaders[name].measure(concurrency, args.slice)
-                        after = batches(url)
-                        settle([0])
-                        if result["errors"]:
-                            raise RuntimeError(f"{name}: {result['errors']} failed requests at c={concurrency}")
-                        count, rows = after[0] - before[0], after[1] - before[1]
-                        pairs.append(
-                            Pair(round_, name, concurrency, result["rps"], result["p50_ms"], result["p99_ms"],
-                                 base["rps"], base["p50_ms"], 1.0, rows / count if count else None)
-                        )  # fmt: skip
+                        pairs.append(alone_pair(round_, name, url, limit1, loaders[name], concurrency, args.slice))
                         _progress(pairs[-1], "alone")
+            if args.part != "end-to-end":
+                hops = [hop_pair(i, name, limit1, loaders[name], args.hop_slice) for i in range(args.hop_pairs)
+                        for name in alone]  # fmt: skip
         finally:
             for process in [limit1, *limits2, *loaders.values()]:
                 process.close()
     factors = {part: batch_factor(rounds) for part, rounds in sweeps.items()}
     _say(f"best batch in-process (median over rounds): {factors}")
     apply_factors(pairs, {part: factor for part, (factor, _) in factors.items()}, _part)
-    return pairs
+    return pairs, hops
+
+
+def write_inputs(workdir: Path) -> tuple[Path, Path, Path]:
+    """wrk's script, the cat as a /predict body, and the cat preprocessed (a tensor for the inference server)."""
+    lua = workdir / "post.lua"
+    lua.write_text(LUA)
+    body = workdir / "cat.json"
+    cat = (EXAMPLE / "samples" / "cat.jpg").read_bytes()
+    body.write_text(json.dumps({"data": base64.b64encode(cat).decode()}))
+    tensor = workdir / "cat.npy"
+    sys.path.insert(0, str(ROOT))
+    os.environ["BENCH_MODEL"] = "imagenet"
+    from bench.apps.common import preprocess_image
+
+    np.save(tensor, preprocess_image(base64.b64encode(cat).decode()))
+    return lua, body, tensor
+
+
+def alone_pair(
+    round_: int, name: str, url: str, limit: LoopProcess, loader: LoopProcess, concurrency: int, slice_s: float
+) -> Pair:
+    """A slice of the inference server alone right after a batch-1 slice of ONNX Runtime in process."""
+    base = limit.measure(1, slice_s)
+    before = batches(url)
+    result = loader.measure(concurrency, slice_s)
+    after = batches(url)
+    settle([0])
+    if result["errors"]:
+        raise RuntimeError(f"{name}: {result['errors']} failed requests at c={concurrency}")
+    count, rows = after[0] - before[0], after[1] - before[1]
+    return Pair(round_, name, concurrency, result["rps"], result["p50_ms"], result["p99_ms"],
+                base["rps"], base["p50_ms"], 1.0, rows / count if count else None)  # fmt: skip
+
+
+def hop_pair(index: int, name: str, limit: LoopProcess, loader: LoopProcess, slice_s: float) -> dict[str, Any]:
+    """One engine run in process and one call through the server at concurrency 1, in short slices side by side
+    (which goes first alternates): the machine's speed, which drifts by 10-20% within seconds, is the same for
+    both, so their difference is what the hop adds."""
+    if index % 2 == 0:
+        base, result = limit.measure(1, slice_s), loader.measure(1, slice_s)
+    else:
+        result, base = loader.measure(1, slice_s), limit.measure(1, slice_s)
+    if result["errors"]:
+        raise RuntimeError(f"{name}: {result['errors']} failed requests at c=1")
+    hop = {"pair": index, "contender": name, "p50_ms": result["p50_ms"], "limit_p50_ms": base["p50_ms"]}
+    if index % 10 == 9:
+        _say(f"  hop pair {index + 1}: {name:48} {result['p50_ms'] - base['p50_ms']:+.2f} ms")
+    return hop
+
+
+@dataclass
+class Hop:
+    """The hop of one contender: medians over the paired slices."""
+
+    contender: str
+    pairs: int
+    p50_ms: float
+    limit_p50_ms: float
+    added_ms: float
+    added_iqr: tuple[float, float]
+
+
+def summarize_hops(hops: list[dict[str, Any]]) -> list[Hop]:
+    rows = []
+    for name in dict.fromkeys(h["contender"] for h in hops):
+        group = [h for h in hops if h["contender"] == name]
+        added = sorted(h["p50_ms"] - h["limit_p50_ms"] for h in group)
+        rows.append(
+            Hop(
+                name,
+                len(group),
+                statistics.median(h["p50_ms"] for h in group),
+                statistics.median(h["limit_p50_ms"] for h in group),
+                statistics.median(added),
+                (added[len(added) // 4], added[(3 * len(added)) // 4]),
+            )
+        )
+    return rows
 
 
 def _part(contender: str) -> str:
@@ -185,7 +247,7 @@ def _progress(p: Pair, part: str) -> None:
 PARTS = {"end-to-end": (SPLIT, SINGLE), "inference alone": (GRPC, GRPC_AIO_CLIENT, HTTP, GRPC_GRPCIO)}
 
 
-def checks(rows: list[Summary]) -> list[tuple[str, bool, str]]:
+def checks(rows: list[Summary], hop_rows: list[Hop]) -> list[tuple[str, bool, str]]:
     def get(name: str, concurrency: int) -> Summary | None:
         return next((r for r in rows if (r.contender, r.concurrency) == (name, concurrency)), None)
 
@@ -199,14 +261,23 @@ def checks(rows: list[Summary]) -> list[tuple[str, bool, str]]:
         results.append(
             ("c=32: inference server over gRPC >= 90% of in-process ONNX Runtime", grpc32.vs_limit >= 0.9, detail)
         )
+    hop = next((h for h in hop_rows if h.contender == GRPC), None)
     grpc1 = get(GRPC, 1)
-    if grpc1:
+    if hop:
+        detail = (
+            f"{hop.added_ms:+.2f} ms (median of {hop.pairs} paired slices, middle half {hop.added_iqr[0]:+.2f} to "
+            f"{hop.added_iqr[1]:+.2f}): {hop.p50_ms:.2f} ms p50 against one engine run's {hop.limit_p50_ms:.2f}"
+        )
+        results.append(("c=1: the gRPC hop adds < 1.5 ms to p50", hop.added_ms < 1.5, detail))
+    elif grpc1:
         detail = f"{grpc1.p50_ms:.2f} ms p50, {grpc1.added_p50_ms:+.2f} ms over one engine run in the same round"
         results.append(("c=1: the gRPC hop adds < 1.5 ms to p50", grpc1.added_p50_ms < 1.5, detail))
     return results
 
 
-def markdown(rows: list[Summary], results: list[tuple[str, bool, str]], meta: dict[str, object]) -> str:
+def markdown(
+    rows: list[Summary], hop_rows: list[Hop], results: list[tuple[str, bool, str]], meta: dict[str, object]
+) -> str:
     lines = []
     for part, names in PARTS.items():
         limit = "in-process limit, 2 cores" if part == "end-to-end" else "ONNX Runtime in-process, 1 core"
@@ -234,6 +305,22 @@ def markdown(rows: list[Summary], results: list[tuple[str, bool, str]], meta: di
             f"Limit over the rounds (median per point): {', '.join(f'{v:,.1f}' for v in limits)} images/s.",
             "",
         ]
+    if hop_rows:
+        lines += [
+            f"### the hop at concurrency 1 ({hop_rows[0].pairs} paired slices of {meta.get('hop_slice', '?')} s)",
+            "",
+            "Each slice of calls through the server right next to a slice of engine runs in process on the same "
+            'core (which goes first alternates); "added" is the median of the pairs\' differences in p50.',
+            "",
+            "| contender | p50 ms | one engine run, p50 ms | added ms (middle half) |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {h.contender} | {h.p50_ms:.2f} | {h.limit_p50_ms:.2f} | {h.added_ms:+.2f} "
+            f"({h.added_iqr[0]:+.2f} to {h.added_iqr[1]:+.2f}) |"
+            for h in hop_rows
+        ]
+        lines.append("")
     lines += ["| target | result | measured |", "|---|---|---|"]
     lines += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in results]
     header = (
@@ -323,32 +410,44 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--skip-grpcio", action="store_true", help="leave out grpc.aio's server")
     parser.add_argument("--part", choices=["both", "end-to-end", "alone"], default="both")
+    parser.add_argument("--hop-pairs", type=int, default=40, help="paired slices for the hop at concurrency 1")
+    parser.add_argument("--hop-slice", type=float, default=0.5, help="seconds per hop slice")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "split.json")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "split.md")
     parser.add_argument("--render", type=Path, help="Re-render the table from a saved JSON file.")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.slice = 2, 2.0
-    results_path = ROOT / "bench" / "results" / "split.json"
+        args.rounds, args.slice, args.hop_pairs = 2, 2.0, 6
     if args.render:
         saved = json.loads(args.render.read_text())
         pairs = [Pair(**p) for p in saved["pairs"]]
+        hops = saved.get("hops", [])
         measured = datetime.fromisoformat(saved["measured"])
-        meta: dict[str, object] = {"rounds": saved["rounds"], "slice": saved["slice"], "measured": measured}
+        meta: dict[str, object] = {key: saved[key] for key in ("rounds", "slice", "command") if key in saved}
+        meta.update({"measured": measured, "hop_slice": saved.get("hop_slice", "?")})
     else:
-        pairs = run(args)
+        pairs, hops = run(args)
         measured = datetime.now(UTC)
-        meta = {"rounds": args.rounds, "slice": args.slice, "measured": measured}
-        results_path.parent.mkdir(parents=True, exist_ok=True)
-        results_path.write_text(
-            json.dumps({**meta, "measured": measured.isoformat(), "pairs": [asdict(p) for p in pairs]})
+        command = (
+            f'make bench-split BENCH_ARGS="--rounds {args.rounds} --slice {args.slice:g} --hop-pairs {args.hop_pairs} '
+            f'--hop-slice {args.hop_slice:g}"'
         )
+        meta = {"rounds": args.rounds, "slice": args.slice, "hop_slice": args.hop_slice, "command": command}
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(
+            json.dumps({**meta, "measured": measured.isoformat(), "pairs": [asdict(p) for p in pairs], "hops": hops})
+        )
+        meta["measured"] = measured
     rows = summarize(pairs)
-    results = checks(rows)
-    text = markdown(rows, results, meta)
+    hop_rows = summarize_hops(hops)
+    results = checks(rows, hop_rows)
+    text = markdown(rows, hop_rows, results, meta)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = f'make bench-split BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]:g}"'
+    command = str(
+        meta.get("command") or f'make bench-split BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]}"'
+    )
     args.out.write_text(
         f"# Preprocessing-inference split (imagenet)\n\nCommand: `{command}`\n\n{text}{reading(rows, pairs)}"
     )

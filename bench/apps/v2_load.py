@@ -2,11 +2,13 @@
 
     python -m bench.apps.v2_load PROTOCOL TARGET MODEL TENSOR.npy CONCURRENCY DURATION_S
     python -m bench.apps.v2_load --serve PROTOCOL TARGET MODEL TENSOR.npy   (then lines "CONCURRENCY DURATION_S")
-        PROTOCOL: grpc (grpc.aio's client; TARGET host:port) | grpc-native (pipeserve's client, what a preprocessing
-                  server uses) | http (TARGET http://host:port; Triton's binary tensor extension)
+        PROTOCOL: grpc-native (TARGET host:port; pipeserve's gRPC client, what a preprocessing server uses)
+                  | grpc (the same client on grpc.aio's channel, ``--grpc-client grpcio``)
+                  | http (TARGET http://host:port; aiohttp with Triton's binary tensor extension, the request
+                    encoded once)
 
-The request is encoded once (the client's own cost is not what is measured). Prints JSON
-{"rps", "p50_ms", "p99_ms", "errors"}.
+The gRPC callers do what a preprocessing server does per call: encode the tensor into a request, decode the answer's
+tensors. Prints JSON {"rps", "p50_ms", "p99_ms", "errors"}.
 """
 
 from __future__ import annotations
@@ -15,41 +17,29 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from pipeserve.v2 import grpc_codec
-from pipeserve.v2._proto import inference_pb2 as pb
-from pipeserve.v2.grpc_service import MESSAGE_OPTIONS, SERVICE
 from pipeserve.v2.rest_codec import HEADER_LENGTH, encode_infer_request
 
 
-async def grpc_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> Any:
-    import grpc
+async def grpc_caller(target: str, model: str, tensor: np.ndarray[Any, Any], engine: str = "grpcio") -> Any:
+    from pipeserve.remote.clients import GrpcClient
 
-    channel = grpc.aio.insecure_channel(target, options=MESSAGE_OPTIONS)
-    request = grpc_codec.build_request(model, "", {"input": tensor}).SerializeToString()
-    call = channel.unary_unary(f"/{SERVICE}/ModelInfer", request_serializer=None, response_deserializer=None)
+    client = GrpcClient(f"grpc://{target}", engine)  # type: ignore[arg-type]
 
     async def once() -> None:
-        pb.ModelInferResponse.FromString(await call(request, timeout=60))
+        outputs, _ = await client.infer(model, "", {"input": tensor}, None, 60)
+        if not outputs:
+            raise RuntimeError("an answer without outputs")
 
+    once.close = client.close  # type: ignore[attr-defined]
     return once
 
 
 async def native_caller(target: str, model: str, tensor: np.ndarray[Any, Any]) -> Any:
-    from pipeserve.remote.grpc_channel import GrpcChannel
-
-    channel = GrpcChannel(target)
-    request = grpc_codec.build_request(model, "", {"input": tensor}).SerializeToString()
-    path = f"/{SERVICE}/ModelInfer"
-
-    async def once() -> None:
-        pb.ModelInferResponse.FromString(cast(bytes, await channel.unary(path, request, timeout_s=60)))
-
-    once.close = channel.close  # type: ignore[attr-defined]
-    return once
+    return await grpc_caller(target, model, tensor, "native")
 
 
 CALLERS = {"grpc": "grpc_caller", "grpc-native": "native_caller", "http": "http_caller"}
