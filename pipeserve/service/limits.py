@@ -36,7 +36,8 @@ class Admission:
         self.in_flight += 1
         deadline = time.monotonic() + timeout_s if timeout_s is not None else None
         token = request_deadline.set(deadline) if deadline is not None else None
-        counted = requests_in_progress.set(self._count)
+        # The transport's count when it has one (requests received, admitted or not yet), else the admitted ones.
+        counted = requests_in_progress.set(self._count) if requests_in_progress.get() is None else None
         try:
             if timeout_s is None or deadline is None:
                 return await work()
@@ -49,6 +50,7 @@ class Admission:
                 raise DeadlineExceeded(f"{what} took longer than its deadline of {timeout_s * 1000:.0f} ms") from None
         finally:
             self.in_flight -= 1
-            requests_in_progress.reset(counted)
+            if counted is not None:
+                requests_in_progress.reset(counted)
             if token is not None:
                 request_deadline.reset(token)

@@ -12,6 +12,7 @@ from pipeserve.config import GrpcEngine
 from pipeserve.errors import DeadlineExceeded, InvalidInput, NotFound, NotReady, Overloaded, PipeserveError
 from pipeserve.observability import tracing
 from pipeserve.observability.context import accept_request_id, request_id_var
+from pipeserve.pipeline.context import requests_in_progress
 from pipeserve.server.v2.grpc_server import GrpcServer, UnaryMethod
 from pipeserve.server.v2.http2 import Http2Limits
 from pipeserve.service.models import ModelService
@@ -39,6 +40,9 @@ class GrpcInferenceServicer:
 
     def __init__(self, service: ModelService) -> None:
         self.service = service
+        #: The calls this server has received and not answered (set by a server that knows): a batched model runs
+        #: a request alone at once only when it is the only one.
+        self.calls_in_progress: Callable[[], int] | None = None
 
     async def _answer(self, context: Any, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         try:
@@ -85,6 +89,7 @@ class GrpcInferenceServicer:
         """Read by ``infer_proto.decode_request``, written by ``infer_proto.encode_response`` (``server_codec``)."""
         message = request.message
         token = request_id_var.set(accept_request_id(message.id))  # the caller's job id, on our spans and logs
+        counted = requests_in_progress.set(self.calls_in_progress) if self.calls_in_progress is not None else None
         try:
             if not tracing.enabled():  # the hot path: no span, no metadata scan
                 return await self._answer(context, self._infer, request, context)
@@ -93,6 +98,8 @@ class GrpcInferenceServicer:
                 return await self._answer(context, self._infer, request, context)
         finally:
             request_id_var.reset(token)
+            if counted is not None:
+                requests_in_progress.reset(counted)
 
     async def _infer(self, request: InferRequest, context: Any) -> InferResponse:
         message = request.message
@@ -164,6 +171,7 @@ async def start_grpc_server(
             for name in METHODS
         }
         native = GrpcServer(methods, limits=Http2Limits(max_body_bytes=MAX_MESSAGE_BYTES + 5))
+        servicer.calls_in_progress = lambda: native.open_calls
         await native.start(host, port)
         return native
     if engine != "grpcio":

@@ -100,6 +100,12 @@ class GrpcServer:
     def connections(self) -> int:
         return len(self._connections)
 
+    @property
+    def open_calls(self) -> int:
+        """Calls fully received and not answered yet, on every connection (requests that arrived together count
+        each other before any of them runs)."""
+        return sum(connection.open_calls for connection in self._connections)
+
     async def start(self, host: str, port: int) -> int:
         """Bind and listen; returns the port (``port`` 0 picks a free one). Raises ``OSError`` if it is taken."""
         loop = asyncio.get_running_loop()
