@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pipeserve.batching.policy import ArrivalRate, BatchPolicy, LatencyModel
+from pipeserve.batching.policy import ArrivalRate, BatchPolicy, LatencyModel, SizeTrial
 from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
 
 T = TypeVar("T")
@@ -21,7 +21,7 @@ BatchFn = Callable[[list[T]], Awaitable[list[R]]]
 
 logger = logging.getLogger(__name__)
 
-#: In adaptive mode, one batch in this many tries another size (see ``Batcher._size_limit``) to keep learning.
+#: In adaptive mode, every this many batches a trial compares another size with the one in use (``SizeTrial``).
 EXPLORE_EVERY = 64
 
 
@@ -119,6 +119,10 @@ class Batcher(Generic[T, R]):
         self.latency = LatencyModel()
         self._arrivals = ArrivalRate()
         self._running = 0  # batches in progress
+        # Adaptive mode: the size in use (chosen from the learned costs, then by trials) and the trial under way.
+        self._best: tuple[int, int] | None = None  # (the latency model's generation, the size)
+        self._trial: SizeTrial | None = None
+        self._trials = 0
 
     async def __aenter__(self) -> Batcher[T, R]:
         await self.start()
@@ -131,6 +135,22 @@ class Batcher(Generic[T, R]):
     def sizes(self) -> list[int]:
         """The batch sizes adaptive mode tries while it learns, smallest first: 1, 2, 4, ... and the full size."""
         return sorted(self._ladder)
+
+    @property
+    def best_size(self) -> int | None:
+        """Adaptive mode: the batch size it runs under load, ``None`` until two sizes are costed (and in fixed
+        mode). It starts as the size cheapest per row in what was learned (the warm-up times every size); after
+        that only a ``SizeTrial`` changes it, every ``EXPLORE_EVERY`` batches, against a neighbouring size."""
+        if self.policy.mode != "adaptive":
+            return None
+        generation = self.latency.generation
+        if self._best is None or self._best[0] != generation:
+            best = self.latency.best_size(self.policy.max_batch_size)
+            if best is None:
+                return None
+            self._best = (generation, best)
+            self._trial = None
+        return self._best[1]
 
     @property
     def queued(self) -> int:
@@ -199,8 +219,8 @@ class Batcher(Generic[T, R]):
         policy = self.policy
         if policy.max_batch_size == 1:
             return True
-        exploring = self._batch_counter % EXPLORE_EVERY == 0
-        if policy.mode == "adaptive" and not exploring and self.latency.best_size(policy.max_batch_size) == 1:
+        exploring = self._trial is not None or (self._batch_counter > 0 and self._batch_counter % EXPLORE_EVERY == 0)
+        if policy.mode == "adaptive" and not exploring and self.best_size == 1:
             return True
         if not only_request:
             return False
@@ -272,19 +292,47 @@ class Batcher(Generic[T, R]):
         """Rows per batch: ``max_batch_size``, or in adaptive mode the size that costs least per row.
 
         Adaptive mode learns that size by trying others: the full size, 1, 2, 4, ... in turn, on every batch
-        until two sizes have been measured, then on one batch in ``EXPLORE_EVERY``. Under a queue that is always
-        deep, batches would otherwise only ever be full, and a model that is slower per row in large batches
-        (common on CPUs) would never find out.
+        until two sizes have been costed (the warm-up times them all); then, every ``EXPLORE_EVERY`` batches, a
+        ``SizeTrial`` alternates a neighbouring size of the ladder with the one in use and keeps the cheaper.
+        Under a queue that is always deep, batches would otherwise only ever be full, and a model that is slower
+        per row in large batches (common on CPUs) would never find out.
         """
         policy = self.policy
         if policy.mode != "adaptive":
             return policy.max_batch_size
-        best = self.latency.best_size(policy.max_batch_size)
-        if best is None or self._batch_counter % EXPLORE_EVERY == 0:
+        best = self.best_size
+        if best is None:
             size = self._ladder[self._explored % len(self._ladder)]
             self._explored += 1
             return size
-        return best
+        if self._trial is None and self._batch_counter and self._batch_counter % EXPLORE_EVERY == 0:
+            self._trial = SizeTrial(best, self._neighbour(best))
+            self._trials += 1
+        planned = self._trial.next_size if self._trial is not None else None
+        return planned if planned is not None else best
+
+    def _neighbour(self, size: int) -> int:
+        """The next smaller and the next larger size of the ladder, in turn (the only one at either end)."""
+        ladder = sorted(set(self._ladder) | {size})
+        index = ladder.index(size)
+        below = ladder[index - 1] if index > 0 else None
+        above = ladder[index + 1] if index + 1 < len(ladder) else None
+        if below is None or (above is not None and self._trials % 2):
+            return above if above is not None else size
+        return below
+
+    def _trial_ran(self, observed_before: int) -> None:
+        """A batch of the trial under way ran: record its cost (the latency model's observation of it)."""
+        trial = self._trial
+        assert trial is not None
+        latency = self.latency
+        if latency.observed > observed_before and latency.last is not None:
+            trial.record(*latency.last)
+        else:
+            trial.record(0, 0.0)  # not costed: a miss
+        if trial.done:
+            self._best = (latency.generation, trial.winner())
+            self._trial = None
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:
         """Move queued items into ``batch`` while they fit; drop the ones nobody waits for. Returns rows."""
@@ -363,6 +411,7 @@ class Batcher(Generic[T, R]):
         """Run one batch: its results (checked to be one per item) and what ran; reported after the caller's turn."""
         self._batch_counter += 1
         batch_id = self._batch_counter
+        observed_before = self.latency.observed
         started = time.monotonic()
         self._running += 1
         try:
@@ -374,6 +423,8 @@ class Batcher(Generic[T, R]):
         run_s = time.monotonic() - started
         if self._learns_latency:
             self.latency.observe(rows, run_s)
+        if self._trial is not None:
+            self._trial_ran(observed_before)
         info = BatchInfo(batch_id, rows, len(items), started - first_enqueued_s, run_s, worker, started)
         if self._on_batch is not None:  # after the callers' answers are out: metrics are not on their clock
             asyncio.get_running_loop().call_soon(self._report, info)

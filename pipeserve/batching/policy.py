@@ -79,18 +79,22 @@ class LatencyModel:
     window: int = 9
     _runs: dict[int, deque[float]] = field(default_factory=dict)
     _by_size: dict[int, float] = field(default_factory=dict)
+    #: Batches observed so far, and the last one's (rows, seconds).
+    observed: int = 0
+    last: tuple[int, float] | None = None
+    #: How many times it forgot what it learned.
+    generation: int = 0
 
     def observe(self, size: int, seconds: float) -> None:
         if size < 1 or not math.isfinite(seconds) or seconds < 0:
             return
+        self.observed += 1
+        self.last = (size, seconds)
         runs = self._runs.get(size)
         if runs is None:
             runs = self._runs[size] = deque(maxlen=self.window)
         runs.append(seconds)
-        ordered = sorted(runs)
-        middle = len(ordered) // 2
-        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-        self._by_size[size] = median  # one assignment: readers in other threads see old or new
+        self._by_size[size] = _median(list(runs))  # one assignment: readers in other threads see old or new
 
     def by_size(self) -> dict[int, float]:
         """The learned seconds per batch, by batch size."""
@@ -121,6 +125,7 @@ class LatencyModel:
         """Drop what was learned (e.g. the cold first runs of a warm-up)."""
         self._by_size.clear()
         self._runs.clear()
+        self.generation += 1
 
     def rows_within(self, seconds: float, limit: int) -> int:
         """The most rows (1 to ``limit``) whose batch is expected to take at most ``seconds``."""
@@ -151,6 +156,73 @@ class LatencyModel:
         if one is None or now is None or more is None:
             return 0.0
         return max(0.0, one - (more - now))
+
+
+@dataclass(slots=True)
+class SizeTrial:
+    """A candidate batch size tried against the size in use (the incumbent): batches of the two alternate, each
+    costed per row, and the candidate takes over if it is cheaper (a smaller one also on a tie within ``TIE``).
+
+    Compared side by side because on a shared machine the speed drifts by 10-20% within a minute, as much as batch
+    sizes differ: costs learned for each size at different moments compared the drift (an adaptive batcher picked
+    mean batches of 1.9 in one run and 4.6 in the next, on the same load).
+
+    Example:
+        >>> trial = SizeTrial(incumbent=4, candidate=2, rounds=1)
+        >>> trial.next_size
+        2
+        >>> trial.record(2, 0.024); trial.record(4, 0.052)
+        >>> trial.done, trial.winner()
+        (True, 2)
+    """
+
+    incumbent: int
+    candidate: int
+    rounds: int = 3
+    #: Batches that were not the size planned (too few rows queued) before the trial is given up.
+    max_misses: int = 6
+    _plan: list[int] = field(default_factory=list)
+    _per_row: dict[int, list[float]] = field(default_factory=dict)
+    _misses: int = 0
+
+    def __post_init__(self) -> None:
+        if self.incumbent == self.candidate or min(self.incumbent, self.candidate) < 1:
+            raise ValueError(f"a trial compares two batch sizes >= 1, got {self.incumbent} and {self.candidate}")
+        self._plan = [self.candidate, self.incumbent] * self.rounds
+        self._per_row = {self.candidate: [], self.incumbent: []}
+
+    @property
+    def next_size(self) -> int | None:
+        """The batch size to run next, or ``None`` once the trial is over."""
+        return self._plan[0] if self._plan and self._misses <= self.max_misses else None
+
+    @property
+    def done(self) -> bool:
+        return self.next_size is None
+
+    def record(self, rows: int, seconds: float) -> None:
+        """A batch ran: it counts if it was the size planned next."""
+        if self._plan and rows == self._plan[0]:
+            self._per_row[rows].append(seconds / rows)
+            self._plan.pop(0)
+        else:
+            self._misses += 1
+
+    def winner(self) -> int:
+        """The size to keep: the candidate if the trial finished and it was cheaper, else the incumbent."""
+        if self._plan:
+            return self.incumbent  # given up (the queue was never deep enough for the planned sizes)
+        candidate = _median(self._per_row[self.candidate])
+        incumbent = _median(self._per_row[self.incumbent])
+        if self.candidate < self.incumbent:
+            return self.candidate if candidate <= incumbent * TIE else self.incumbent
+        return self.candidate if candidate * TIE < incumbent else self.incumbent
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 @dataclass(slots=True)

@@ -439,7 +439,7 @@ class ModelNode:
             return {}, None
         latency = self._batcher.latency
         per_row = {size: seconds / size for size, seconds in sorted(latency.by_size().items())}
-        best = latency.best_size(self.policy.max_batch_size) if self.policy.mode == "adaptive" else None
+        best = self._batcher.best_size
         return per_row, best
 
     def _learned(self) -> dict[str, Any]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
 import pytest
 
 from pipeserve.batching import Batcher, BatchPolicy, CpuLane
-from pipeserve.batching.policy import ArrivalRate, LatencyModel
+from pipeserve.batching import batcher as batcher_module
+from pipeserve.batching.policy import ArrivalRate, LatencyModel, SizeTrial
 from pipeserve.errors import DeadlineExceeded
 
 
@@ -268,18 +270,24 @@ async def test_adaptive_mode_runs_items_alone_once_batches_of_one_are_cheapest_e
 
     policy = BatchPolicy(max_batch_size=4, max_wait_s=0.005, mode="adaptive")
     async with Batcher(echo, policy, learns_latency=False) as batcher:
-        batcher._batch_counter = 1  # past the first batch, which explores
+        batcher._batch_counter = 1  # past the first batch
         assert not batcher.runs_alone(), "nothing learned yet"
         batcher.latency.observe(1, 0.010)
         batcher.latency.observe(4, 0.048)  # 12 ms per row at 4: batches of one are cheaper
+        assert batcher.best_size == 1
         assert batcher.runs_alone()
         batcher.gate = CpuLane()
         assert batcher.runs_alone(), "with a gate too"
         batcher._batch_counter = 64
-        assert not batcher.runs_alone(), "every 64th batch tries another size, through the queue"
+        assert not batcher.runs_alone(), "every 64th batch starts a trial of another size, through the queue"
         batcher._batch_counter = 65
         for _ in range(3):
-            batcher.latency.observe(4, 0.020)  # now 5 ms per row at 4: batching pays
+            batcher.latency.observe(4, 0.020)  # 5 ms per row at 4 now, but only a trial changes the size in use
+        assert batcher.best_size == 1
+        batcher.latency.forget()  # what was learned is relearned (e.g. after a warm-up): the size follows
+        batcher.latency.observe(1, 0.010)
+        batcher.latency.observe(4, 0.020)
+        assert batcher.best_size == 4
         assert not batcher.runs_alone(), "the queue is where requests that arrived together meet"
 
 
@@ -311,3 +319,70 @@ async def test_the_only_request_in_progress_runs_alone_unless_the_batcher_would_
         assert greedy.runs_alone(only_request=True), "greedy takes what is queued: just this one"
     async with Batcher(echo, BatchPolicy(max_batch_size=4, max_wait_s=0.005)) as waiting:
         assert not waiting.runs_alone(only_request=True), "fixed mode waits its max_wait_s, as configured"
+
+
+def test_a_trial_alternates_the_two_sizes_and_keeps_the_cheaper() -> None:
+    trial = SizeTrial(incumbent=4, candidate=2, rounds=2)
+    planned = []
+    per_row = {2: 0.009, 4: 0.010}
+    while (size := trial.next_size) is not None:
+        planned.append(size)
+        trial.record(size, per_row[size] * size)
+    assert planned == [2, 4, 2, 4]
+    assert trial.winner() == 2
+
+
+@pytest.mark.parametrize(
+    ("incumbent", "candidate", "per_row", "winner"),
+    [
+        (4, 2, {2: 0.0101, 4: 0.0100}, 2),  # a smaller size within 2% wins the tie
+        (4, 2, {2: 0.0105, 4: 0.0100}, 4),
+        (2, 4, {2: 0.0100, 4: 0.0099}, 2),  # a larger size must be cheaper by more than 2%
+        (2, 4, {2: 0.0100, 4: 0.0097}, 4),
+    ],
+)
+def test_a_trial_breaks_ties_toward_the_smaller_size(
+    incumbent: int, candidate: int, per_row: dict[int, float], winner: int
+) -> None:
+    trial = SizeTrial(incumbent=incumbent, candidate=candidate, rounds=1)
+    while (size := trial.next_size) is not None:
+        trial.record(size, per_row[size] * size)
+    assert trial.winner() == winner
+
+
+def test_a_trial_the_queue_cannot_feed_is_given_up_for_the_incumbent() -> None:
+    trial = SizeTrial(incumbent=2, candidate=4, rounds=1, max_misses=3)
+    for _ in range(4):
+        trial.record(3, 0.01)  # only 3 rows were queued: not the 4 planned
+    assert trial.done
+    assert trial.winner() == 2
+    with pytest.raises(ValueError, match="two batch sizes"):
+        SizeTrial(incumbent=2, candidate=2)
+
+
+async def test_trials_find_the_cheapest_size_while_the_machine_speed_drifts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-row costs as a shared CPU shows them: the machine speed changes by half from one phase to the next, as
+    much as the sizes differ. The warm-up's costs say 4 (measured at a fast moment); side by side, 2 is cheaper."""
+    monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 8)
+    per_row = {1: 0.010, 2: 0.0085, 4: 0.0095}
+    batches = 0
+    sizes: list[int] = []
+
+    async def model(items: list[int]) -> list[int]:
+        nonlocal batches
+        batches += 1
+        slow = 1.5 if (batches // 5) % 2 else 1.0  # drifts every 5 batches
+        batcher.latency.observe(len(items), per_row[len(items)] * len(items) * slow)
+        sizes.append(len(items))
+        return items
+
+    policy = BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000)
+    batcher: Batcher[int, int] = Batcher(model, policy, learns_latency=False)
+    for size, seconds in ((1, 0.0100), (2, 0.0170), (4, 0.0280)):  # warm-up, fast: 4 looks cheapest (7 ms)
+        batcher.latency.observe(size, seconds)
+    async with batcher:
+        assert batcher.best_size == 4
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(1500)))
+    assert results == list(range(1500))
+    assert batcher.best_size == 2
+    assert Counter(sizes[-40:]).most_common(1)[0][0] == 2, sizes[-40:]  # between trials of 1 and 4, it runs 2
