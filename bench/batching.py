@@ -2,7 +2,8 @@
 in-process limit and to LitServe, BentoML and MLServer serving the same ONNX model with the same preprocessing
 and their own batching (each in its own venv under bench/peers/).
 
-Servers are pinned to one core, wrk to the other; all servers stay up (the idle ones frozen). Every contender slice
+Servers are pinned to one core, the load generator (bench/apps/http_load.py: answers counted within a window of a
+continuous load, after a warm-up) to the other; all servers stay up (the idle ones frozen). Every contender slice
 runs right after a batch-1 slice of the in-process limit of its engine on the same core, and each round measures
 the limit at batch sizes 1, 2, 4 and 8 back to back (bench/paired.py): "vs limit" is the median over rounds of the
 paired ratio to the limit at its best batch size. The mean batch size each server ran comes from /metrics
@@ -267,12 +268,32 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], dict[str, list[dict[int, 
             )
             for engine in {engine_of(c.name) for c in chosen}
         }
+        # Steady-state throughput: answers counted within a window of a continuous load (bench/apps/http_load.py;
+        # wrk drops the requests in flight when it stops, which undercounts a server that holds more of them).
+        loads = {
+            c.name: LoopProcess(
+                [
+                    "taskset",
+                    "-c",
+                    str(args.client_core),
+                    PY,
+                    "-m",
+                    "bench.apps.http_load",
+                    "--serve",
+                    urls[c.name] + c.path,
+                    str(c.body),
+                ],
+                env,
+                ROOT,
+            )
+            for c in chosen
+        }
         sweeps: dict[str, list[dict[int, float]]] = {}
         try:
             for round_ in range(args.rounds):
                 only_running(None)
                 for engine, limit in limits.items():
-                    sweeps.setdefault(engine, []).append(batch_rates(limit, SIZES, args.slice / 2))
+                    sweeps.setdefault(engine, []).append(batch_rates(limit, SIZES, args.slice / 2, round_))
                 latest = {engine: {k: round(v, 3) for k, v in rounds[-1].items()} for engine, rounds in sweeps.items()}
                 _say(f"round {round_ + 1}/{args.rounds}: in-process images/s by batch size vs batch 1: {latest}")
                 for concurrency in args.concurrency:
@@ -283,8 +304,11 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], dict[str, list[dict[int, 
                         url = urls[c.name]
                         only_running(url)
                         before = batch_counter(url, c.batch_source)
-                        rps, p50, p99 = wrk(url, c.body, concurrency, args.slice, args.client_core, lua, c.path)
+                        answer = loads[c.name].measure(concurrency, args.slice)
+                        rps, p50, p99 = answer["rps"], answer["p50_ms"], answer["p99_ms"]
                         after = batch_counter(url, c.batch_source)
+                        if answer["errors"]:
+                            raise RuntimeError(f"{c.name}: {answer['errors']} error answers at c={concurrency}")
                         settle([args.server_core])  # the requests it still had queued, before it is frozen
                         batches, rows = after[0] - before[0], after[1] - before[1]
                         mean = rows / batches if batches else (1.0 if c.batch_source is None else None)
@@ -298,8 +322,8 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], dict[str, list[dict[int, 
                         )
         finally:
             only_running(None)
-            for limit in limits.values():
-                limit.close()
+            for process in [*limits.values(), *loads.values()]:
+                process.close()
     factors = {engine: batch_factor(rounds) for engine, rounds in sweeps.items()}
     _say(f"best batch in-process (median over rounds): {factors}")
     apply_factors(pairs, {engine: factor for engine, (factor, _) in factors.items()}, engine_of)
@@ -407,9 +431,10 @@ def markdown(rows: list[Summary], results: list[tuple[str, bool, str]], meta: di
     lines += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in results]
     header = (
         f"Measured {meta['measured']:%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores); servers "
-        f"pinned to core {meta['server_core']}, wrk to core {meta['client_core']}; {meta['rounds']} rounds of "
-        f"{meta['slice']:g} s slices, each right after a slice of its engine's in-process limit on the same core "
-        f"(bench/paired.py). Batching everywhere: at most {MAX_BATCH} per batch, {BATCH_TIMEOUT_S * 1000:g} ms batch "
+        f"pinned to core {meta['server_core']}, the load generator to core {meta['client_core']}; {meta['rounds']} "
+        f"rounds of {meta['slice']:g} s windows of steady load (bench/apps/http_load.py), each right after a slice of "
+        "its engine's in-process limit on the same core (bench/paired.py). Batching everywhere: at most "
+        f"{MAX_BATCH} per batch, {BATCH_TIMEOUT_S * 1000:g} ms batch "
         "timeout (pipeserve: adaptive mode, which waits only when waiting pays and runs the size it measured "
         "cheapest). The in-process limit: the same preprocessing and engine call in a loop, no server, at the best "
         "of batch sizes 1, 2, 4 and 8."

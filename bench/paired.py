@@ -96,10 +96,12 @@ class LoopProcess:
             self._process.kill()
 
 
-def batch_rates(limit: LoopProcess, sizes: Sequence[int], slice_s: float) -> dict[int, float]:
-    """Images/s at each of ``sizes`` relative to batch 1, measured back to back (one round's sample)."""
-    rates = {size: limit.measure(size, slice_s)["rps"] for size in sizes}
-    return {size: rate / rates[1] for size, rate in rates.items()}
+def batch_rates(limit: LoopProcess, sizes: Sequence[int], slice_s: float, round_: int = 0) -> dict[int, float]:
+    """Images/s at each of ``sizes`` relative to batch 1, measured back to back (one round's sample), largest
+    first in odd rounds so that a drift of the machine's speed during the sweep favours no size over the rounds."""
+    order = list(sizes) if round_ % 2 == 0 else list(reversed(sizes))
+    rates = {size: limit.measure(size, slice_s)["rps"] for size in order}
+    return {size: rates[size] / rates[1] for size in sizes}
 
 
 def batch_factor(rounds: Sequence[dict[int, float]]) -> tuple[float, int]:

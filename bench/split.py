@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], list[dict[str, Any]]]:
         sweeps: dict[str, list[dict[int, float]]] = {"alone": [], "end-to-end": []}
         try:
             for round_ in range(args.rounds):
-                sweeps["alone"].append(batch_rates(limit1, SIZES, args.slice / 2))
+                sweeps["alone"].append(batch_rates(limit1, SIZES, args.slice / 2, round_))
                 rates2 = {size: two_cores(limits2, size, args.slice / 2)["rps"] for size in SIZES}
                 sweeps["end-to-end"].append({size: rate / rates2[1] for size, rate in rates2.items()})
                 latest = {part: {k: round(v, 3) for k, v in rounds[-1].items()} for part, rounds in sweeps.items()}
