@@ -327,67 +327,70 @@ def markdown(
         f"Measured {meta['measured']:%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores): "
         f"{meta['rounds']} rounds, {meta['slice']:g} s slices; every contender slice right after a batch-1 slice "
         "of its limit on the same cores (bench/paired.py). End to end: wrk on both cores with the servers. Inference "
-        "alone: the server on core 0, the load generator (bench/apps/v2_load.py, requests encoded once) on core 1. "
+        "alone: the server on core 0, the load generator (bench/apps/v2_load.py: over gRPC it encodes and decodes "
+        "tensors per call, as a preprocessing server does; over HTTP the request is encoded once) on core 1. "
         "\"p50 over one run\": the contender's p50 minus one engine run's (batch 1) in the same round."
     )
     return header + "\n\n" + "\n".join(lines) + "\n"
 
 
-def reading(rows: list[Summary], pairs: list[Pair]) -> str:
+def reading(rows: list[Summary], pairs: list[Pair], hop_rows: list[Hop]) -> str:
     """The reading of the table, with this run's numbers."""
 
     def get(name: str, concurrency: int) -> Summary | None:
         return next((r for r in rows if (r.contender, r.concurrency) == (name, concurrency)), None)
 
+    def hop(name: str) -> Hop | None:
+        return next((h for h in hop_rows if h.contender == name), None)
+
     grpc32, aio32, old32, http32 = get(GRPC, 32), get(GRPC_AIO_CLIENT, 32), get(GRPC_GRPCIO, 32), get(HTTP, 32)
-    grpc1, aio1, old1 = get(GRPC, 1), get(GRPC_AIO_CLIENT, 1), get(GRPC_GRPCIO, 1)
     split32, single32 = get(SPLIT, 32), get(SINGLE, 32)
+    ours, aio, old = hop(GRPC), hop(GRPC_AIO_CLIENT), hop(GRPC_GRPCIO)
     parts = ["\n## Reading the table\n"]
-    if grpc32 and aio32 and grpc1 and aio1:
+    if ours:
+        parts.append(
+            f"**The hop at concurrency 1** adds {ours.added_ms:+.2f} ms to one engine run over gRPC with pipeserve's "
+            "server and client (the median of paired half-second slices; the main table's concurrency-1 rows pair "
+            "whole slices, seconds apart, and move with the machine's drift). It is almost all CPU work that runs "
+            "after the engine has evicted the caches: the same call with a no-op model adds ~0.6 ms, with a model "
+            "of 15 ms ~1.5 ms (measured with timestamps in both processes, docs/split.md). A call's tensor stays a "
+            "view of the bytes received, and one the server answers without waiting runs inside the read that "
+            'brought it (docs/split.md, "Where the hop goes").\n'
+        )
+    if grpc32 and aio32 and aio and ours:
         parts.append(
             "**The client** (the same server; pipeserve's gRPC client is what a preprocessing server uses, "
-            "`--grpc-client grpcio` switches to grpc.aio's): at concurrency 1 the hop adds "
-            f"{grpc1.added_p50_ms:+.2f} ms to one engine run with pipeserve's client and {aio1.added_p50_ms:+.2f} ms "
-            f"with grpc.aio's; at concurrency 32, {grpc32.vs_limit:.1%} of the limit against {aio32.vs_limit:.1%}. "
-            "The client's CPU is on the other core, but a request's encoding and its answer's decoding are on the "
-            "hop's path (measured separately: 0.39 ms of client CPU per call against grpc.aio's 0.80).\n"
+            f"`--grpc-client grpcio` switches to grpc.aio's): at concurrency 1 the hop is {ours.added_ms:+.2f} ms with "
+            f"pipeserve's client and {aio.added_ms:+.2f} ms with grpc.aio's; at concurrency 32, {grpc32.vs_limit:.1%} "
+            f"of the limit against {aio32.vs_limit:.1%}. Both load generators encode the tensor into a request and "
+            "decode the answer per call, as a preprocessing server does (measured separately on 2026-11-23: 0.67 ms "
+            "of client CPU per call against grpc.aio's 1.13).\n"
         )
-    if aio32 and old32 and aio1 and old1:
+    if aio32 and old32 and aio and old:
         parts.append(
             "**The server** (the same grpc.aio client; `--grpc-server grpcio` serves with grpc.aio's server): at "
-            f"concurrency 32, {aio32.vs_limit:.1%} of the limit with pipeserve's HTTP/2 server against "
-            f"{old32.vs_limit:.1%} with grpc.aio's; at concurrency 1, {aio1.added_p50_ms:+.2f} ms against "
-            f"{old1.added_p50_ms:+.2f} ms. pipeserve's server reads and answers on the event loop between model runs; "
-            "grpc.aio's runs a poller and event-engine threads beside it, which preempt the model on a one-core "
-            "server (measured separately with a no-op model: 0.46 against 0.68 ms of CPU per request). With a "
-            "model of ~14 ms that difference is ~1.5% of throughput, inside this table's noise.\n"
+            f"concurrency 32, {aio32.vs_limit:.1%} of the limit with pipeserve's HTTP/2 server (mean batch "
+            f"{aio32.mean_batch or 1:.2f}) against {old32.vs_limit:.1%} with grpc.aio's ({old32.mean_batch or 1:.2f}); "
+            f"at concurrency 1, {aio.added_ms:+.2f} ms against {old.added_ms:+.2f} ms. pipeserve's server reads up to "
+            "4 MB at a time and starts the calls a read brought only after counting them, so calls that arrive "
+            "together meet in a batch; with grpc.aio's server each call reaches the model alone. grpc.aio's poller and "
+            "event-engine threads also preempt the model on a one-core server.\n"
         )
     if http32:
         parts.append(
             f"**v2 HTTP with binary tensors** does {http32.vs_limit:.1%} of the limit at concurrency 32 (uvicorn, one "
-            "event loop).\n"
+            f"event loop; mean batch {http32.mean_batch or 1:.2f}: uvicorn starts each request as it parses it).\n"
         )
     factor = next((p.factor for p in pairs if _part(p.contender) == "alone"), 1.0)
     parts.append(
-        "**The limit is the engine's best batch size**: ONNX Runtime can run this network a few percent faster per "
-        f"image in batches of 2 than of 1 on one core (x{factor:.3f} in this run: the best median over rounds of "
-        f"a sweep over batch sizes {', '.join(map(str, SIZES))}), so the inference server's classifier batches "
-        "adaptively (`max_batch_size: 4, mode: adaptive` in examples/imagenet/pipeline.yaml): it times every batch "
-        "size at warm-up and settles on the cheapest per image. Inside the server, though, batches of 2 cost "
-        "about what two batches of 1 do (measured separately on 2026-11-23, its learned costs under load at "
-        "concurrency 32: 15.0-16.1 ms per image at 1, 14.9-16.0 at 2; /metrics has them as "
-        "`pipeserve_batch_learned_seconds_per_row`), so it mostly runs 1 (the mean batch column). The loop "
-        "runs one tensor over and over, hot in the cache; a server's batches are requests that arrived in fresh "
-        "memory. bench/apps/batch_gain.py measures both in one process: on 2026-11-23, three runs of 16 "
-        "interleaved rounds gave batch 2 x1.03-x1.06 over batch 1 on the hot tensor and x0.996-x1.013 on fresh "
-        "ones (each run's middle half spans ±5%), which suggests most of the loop's gain is one a server cannot "
-        "have (not settled: the batching benchmark's limit, which decodes fresh images for every batch, showed "
-        "x1.09 at 2 on this machine, whose per-round sweeps range from x0.86 to x1.55). "
-        '"vs limit at batch 1" is the ratio to the unbatched engine, the bar a server reaches without '
-        "batching.\n"
+        "**The limit is the engine's best batch size** in a loop that reruns one tensor (sizes 1, 2 and 4, each "
+        f"round; the best median over rounds): x{factor:.3f} over batch 1 in this run. The sweep is noisy: runs the "
+        "same day found x1.00, x1.05 and x1.12 at batch 2, and bench/apps/batch_gain.py, interleaving 1 s slices "
+        "for 40 rounds, x1.04 on the loop's hot tensor and x1.03 on fresh ones (as requests arrive). "
+        '"vs limit at batch 1" is the ratio to the unbatched engine.\n'
     )
     parts.append(
-        "**How it is measured.** This machine's speed drifts by 10-15% within a minute; medians of runs taken "
+        "**How it is measured.** This machine's speed drifts by 10-20% within a minute; medians of runs taken "
         "minutes apart put the same server anywhere from 75% to 120% of the limit. Each contender slice here is "
         "divided by a limit slice taken seconds before it on the same core; the table shows the median of those "
         "ratios and the middle half of them.\n"
@@ -449,7 +452,7 @@ def main() -> None:
         meta.get("command") or f'make bench-split BENCH_ARGS="--rounds {meta["rounds"]} --slice {meta["slice"]}"'
     )
     args.out.write_text(
-        f"# Preprocessing-inference split (imagenet)\n\nCommand: `{command}`\n\n{text}{reading(rows, pairs)}"
+        f"# Preprocessing-inference split (imagenet)\n\nCommand: `{command}`\n\n{text}{reading(rows, pairs, hop_rows)}"
     )
 
 

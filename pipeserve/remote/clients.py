@@ -112,7 +112,8 @@ class GrpcClient(V2Client):
     """``inference.GRPCInferenceService`` over one HTTP/2 connection (it multiplexes concurrent calls).
 
     ``engine``: ``native`` (the default) calls from the event loop (``grpc_channel.py``); ``grpcio`` uses a
-    grpc.aio channel, whose threads cost ~0.8 ms of CPU per call on the caller's core (native: ~0.4).
+    grpc.aio channel, whose threads cost 1.7x the CPU per call on the caller's core (measured: 1.13 against 0.67
+    ms with the imagenet tensor). ModelInfer travels as bytes either way, written and read by ``infer_proto``.
     """
 
     def __init__(self, url: str, engine: GrpcEngine = "native") -> None:
