@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import time
 import types
 from collections.abc import Coroutine, Generator
@@ -31,6 +33,8 @@ def start(coroutine: Coroutine[Any, Any, None], *, name: str | None = None) -> a
     """Run ``coroutine`` now, in a copy of the current context (as a task would), up to its first wait; the task
     that finishes it, or ``None`` when it finished at once. An exception it raises before its first wait
     propagates here; later ones end the task."""
+    if asyncio.current_task() is not None:  # resume_within would take that task for the one start makes
+        raise RuntimeError("_eager.start runs outside tasks (in a protocol's callbacks); in a task, await instead")
     context = contextvars.copy_context()
     slot = _Slot()
     context.run(_slot.set, slot)
@@ -40,7 +44,18 @@ def start(coroutine: Coroutine[Any, Any, None], *, name: str | None = None) -> a
         return None
     task = asyncio.get_running_loop().create_task(_finish(coroutine, waiting_on), name=name, context=context)
     slot.task = task
+    task.add_done_callback(functools.partial(_abandoned, coroutine, waiting_on))
     return task
+
+
+def _abandoned(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, task: asyncio.Task[Any]) -> None:
+    """A task cancelled before its first step never resumes the coroutine: close it (its ``finally`` blocks run)
+    and cancel what it waited on."""
+    if inspect.getcoroutinestate(coroutine) != inspect.CORO_SUSPENDED:
+        return
+    if isinstance(waiting_on, asyncio.Future):
+        waiting_on.cancel()
+    coroutine.close()
 
 
 async def _finish(coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> Any:
@@ -67,6 +82,11 @@ async def run_within(coroutine: Coroutine[Any, Any, Any], deadline_s: float) -> 
     """Await ``coroutine``, cancelled at ``deadline_s`` (``time.monotonic()``) with ``TimeoutError``; the timer
     is armed only if it waits (what runs start to finish on the event loop cannot be interrupted anyway)."""
     try:
+        _owner_or_raise()
+    except RuntimeError:
+        coroutine.close()  # never begun
+        raise
+    try:
         waiting_on = coroutine.send(None)
     except StopIteration as finished:
         return finished.value
@@ -77,10 +97,7 @@ async def resume_within(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, de
     """``resume``, cancelled at ``deadline_s`` (``time.monotonic()``) with ``TimeoutError``, like
     ``asyncio.timeout_at``; also where no task runs yet, inside ``start``'s first step (the timer cancels the task
     that ``start`` makes)."""
-    task = asyncio.current_task()
-    slot = _slot.get() if task is None else None
-    if task is None and slot is None:
-        raise RuntimeError("resume_within must run in a task or in a coroutine begun by _eager.start")
+    task, slot = _owner_or_raise()
     cancelling = task.cancelling() if task is not None else 0
     expired = False
 
@@ -93,12 +110,28 @@ async def resume_within(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, de
 
     loop = asyncio.get_running_loop()
     timer = loop.call_at(loop.time() + deadline_s - time.monotonic(), expire)
+    uncancelled = False
     try:
         return await resume(coroutine, waiting_on)
     except asyncio.CancelledError:
         owner = task if task is not None else slot.task if slot is not None else None
-        if expired and owner is not None and owner.uncancel() <= cancelling:
-            raise TimeoutError from None
+        if expired and owner is not None:
+            uncancelled = True
+            if owner.uncancel() <= cancelling:
+                raise TimeoutError from None
         raise
     finally:
         timer.cancel()
+        if expired and not uncancelled:  # the work swallowed the cancel: undo it, as asyncio.timeout does
+            owner = task if task is not None else slot.task if slot is not None else None
+            if owner is not None:
+                owner.uncancel()
+
+
+def _owner_or_raise() -> tuple[asyncio.Task[Any] | None, _Slot | None]:
+    """The task a deadline cancels, or the slot of the one ``start`` is about to make."""
+    task = asyncio.current_task()
+    slot = _slot.get() if task is None else None
+    if task is None and slot is None:
+        raise RuntimeError("a deadline needs a task, or a coroutine begun by _eager.start")
+    return task, slot

@@ -416,6 +416,10 @@ class Batcher(Generic[T, R]):
         self._running += 1
         try:
             results = await self._fns[worker](items)
+        except BaseException:
+            if self._trial is not None:  # a size that fails is never tried again by this trial: the size in use stays
+                self._best, self._trial = (self.latency.generation, self._trial.incumbent), None
+            raise
         finally:
             self._running -= 1
         if len(results) != len(items):

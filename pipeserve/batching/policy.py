@@ -194,7 +194,7 @@ class SizeTrial:
     @property
     def next_size(self) -> int | None:
         """The batch size to run next, or ``None`` once the trial is over."""
-        return self._plan[0] if self._plan and self._misses <= self.max_misses else None
+        return self._plan[0] if self._plan and self._misses < self.max_misses else None
 
     @property
     def done(self) -> bool:

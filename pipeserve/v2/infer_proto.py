@@ -38,6 +38,9 @@ _ID_FIELD = 3
 _PARAMETERS_FIELD = 4
 _OUTPUTS_FIELD = 6
 _LENGTH_DELIMITED = 2
+#: Top-level fields the walk reads before leaving a message to protobuf (a request has a few per tensor; a
+#: message of a million tiny fields took the walk 2.3 s against protobuf's 0.05).
+MAX_WALKED_FIELDS = 1024
 
 #: Encoded small fields kept per distinct call shape (model, version, tensor names, datatypes and shapes, ...).
 _CACHE_SIZE = 256
@@ -110,7 +113,7 @@ def encode_response(response: InferResponse) -> bytes:
     key = (
         response.model_name,
         response.model_version,
-        tuple(response.parameters.items()),
+        _parameters_key(response.parameters),
         tuple([(name, array.dtype, array.shape) for name, array in response.outputs.items()]),
     )
     head = _RESPONSE_HEADS.get(key)
@@ -144,7 +147,7 @@ def encode_request(
     key = (
         model_name,
         model_version,
-        tuple(parameters.items()) if parameters else (),
+        _parameters_key(parameters) if parameters else (),
         tuple([(name, array.dtype, array.shape) for name, array in inputs.items()]),
         tuple(outputs or ()),
     )
@@ -189,6 +192,11 @@ def decode_response(message: bytes | memoryview) -> tuple[TensorDict, dict[str, 
     return grpc_codec.tensors_of(parsed.outputs, raw, what="output"), parameters
 
 
+def _parameters_key(parameters: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...]:
+    """Parameters as part of a cache key: with their types (``True == 1 == 1.0`` are different parameters)."""
+    return tuple([(name, type(value), value) for name, value in parameters.items()])
+
+
 def split_raw(message: bytes | memoryview, raw_field: int) -> tuple[bytes, list[bytes | memoryview], int] | None:
     """``message`` without the entries of the length-delimited field ``raw_field``, those entries (views, in
     order), and a bit mask of the field numbers seen (bit n for field n < 64); ``None`` when ``message`` has no
@@ -198,9 +206,12 @@ def split_raw(message: bytes | memoryview, raw_field: int) -> tuple[bytes, list[
     raw_key = (raw_field << 3) | _LENGTH_DELIMITED
     kept: list[memoryview] = []
     raw: list[bytes | memoryview] = []
-    position = start = fields = 0
+    position = start = fields = walked = 0
     try:
         while position < size:
+            walked += 1
+            if walked > MAX_WALKED_FIELDS:  # a message of many small fields: protobuf's C parser is much faster
+                return None
             field_start = position
             key, position = _varint(view, position)
             number = key >> 3

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from typing import cast
+from collections.abc import Coroutine
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +17,14 @@ from pipeserve.service.limits import Admission
 var: contextvars.ContextVar[str] = contextvars.ContextVar("test_eager_var", default="outside")
 
 
+async def begin(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    """``_eager.start`` where the HTTP/2 server calls it: in a callback of the event loop, outside any task."""
+    loop = asyncio.get_running_loop()
+    begun: asyncio.Future[asyncio.Task[None] | None] = loop.create_future()
+    loop.call_soon(lambda: begun.set_result(_eager.start(coroutine)))
+    return await begun
+
+
 async def test_a_coroutine_that_never_waits_runs_to_the_end_at_once_without_a_task() -> None:
     ran: list[str] = []
 
@@ -23,7 +32,7 @@ async def test_a_coroutine_that_never_waits_runs_to_the_end_at_once_without_a_ta
         ran.append(var.get())
         var.set("inside")
 
-    task = _eager.start(work())
+    task = await begin(work())
     assert task is None
     assert ran == ["outside"]  # it ran here, seeing the caller's context ...
     assert var.get() == "outside"  # ... but in a copy of it, as a task does
@@ -39,7 +48,7 @@ async def test_a_coroutine_that_waits_is_finished_by_a_task_in_its_own_context()
         steps.append(await gate)
         steps.append(var.get())
 
-    task = _eager.start(work())
+    task = await begin(work())
     assert task is not None
     assert steps == ["before"]  # the first step ran at once
     gate.set_result("resumed")
@@ -58,7 +67,7 @@ async def test_cancelling_the_task_reaches_the_coroutine_where_it_waits() -> Non
             seen.append("cancelled")
             raise
 
-    task = _eager.start(work())
+    task = await begin(work())
     assert task is not None
     await asyncio.sleep(0)
     task.cancel()
@@ -129,7 +138,7 @@ async def test_a_deadline_armed_before_the_task_exists_still_fires() -> None:
             outcome.append(str(exc))
 
     started = time.monotonic()
-    task = _eager.start(request())
+    task = await begin(request())
     assert task is not None
     await task
     assert time.monotonic() - started < 1
@@ -156,3 +165,72 @@ async def test_the_admission_deadline_still_cancels_work_in_a_task() -> None:
     with pytest.raises(DeadlineExceeded, match="deadline of 30 ms"):
         await admission.run(lambda: _waits(5), 0.03, what="the request")
     assert admission.in_flight == 0
+
+
+async def test_start_refuses_to_run_inside_a_task() -> None:
+    """A deadline in the coroutine would take the calling task for the one ``start`` makes."""
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    coroutine = work()
+    with pytest.raises(RuntimeError, match="outside tasks"):
+        _eager.start(coroutine)
+    coroutine.close()
+
+
+async def test_a_deadline_outside_any_task_is_refused_before_the_work_begins() -> None:
+    began: list[str] = []
+
+    async def work() -> None:
+        began.append("began")
+        await asyncio.sleep(0)
+
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[BaseException] = loop.create_future()
+
+    def outside_any_task() -> None:
+        coroutine = _eager.run_within(work(), time.monotonic() + 5)
+        try:
+            coroutine.send(None)
+        except RuntimeError as exc:
+            outcome.set_result(exc)
+
+    loop.call_soon(outside_any_task)
+    assert "needs a task" in str(await outcome)
+    assert began == []
+
+
+async def test_a_task_cancelled_before_its_first_step_still_closes_the_coroutine() -> None:
+    cleaned: list[str] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> None:
+        try:
+            await gate
+        finally:
+            cleaned.append("finally")
+
+    task = await begin(work())
+    assert task is not None
+    task.cancel()  # before the task ever ran
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned == ["finally"]
+    assert gate.cancelled()
+
+
+async def test_work_that_swallows_the_deadline_leaves_its_task_uncancelled() -> None:
+    async def swallows() -> str:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            return "kept going"
+        return "slept"
+
+    coroutine = swallows()
+    waiting_on = coroutine.send(None)
+    assert await _eager.resume_within(coroutine, waiting_on, time.monotonic() + 0.02) == "kept going"
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0

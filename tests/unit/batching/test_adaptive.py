@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 
@@ -386,3 +387,31 @@ async def test_trials_find_the_cheapest_size_while_the_machine_speed_drifts(monk
     assert results == list(range(1500))
     assert batcher.best_size == 2
     assert Counter(sizes[-40:]).most_common(1)[0][0] == 2, sizes[-40:]  # between trials of 1 and 4, it runs 2
+
+
+async def test_a_size_that_fails_in_a_trial_ends_the_trial_for_the_size_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch that raises fails its callers; if it was a trial's, the trial ends at once and the size in use stays
+    (a trial kept planning the failing size, and every batch after it failed). Later trials may try it again: the
+    failure may have been the data's, not the size's."""
+    monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 4)
+    sizes: list[int] = []
+
+    async def model(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        if len(items) == 4:
+            raise MemoryError("batches of 4 do not fit")
+        return items
+
+    policy = BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000)
+    batcher: Batcher[int, int] = Batcher(model, policy)
+    for size, seconds in ((1, 0.010), (2, 0.012), (4, 0.100)):  # 2 is cheapest; a trial will try 1 or 4
+        batcher.latency.observe(size, seconds)
+    async with batcher:
+        outcomes = await asyncio.gather(*(batcher.submit(i) for i in range(400)), return_exceptions=True)
+    failed = [o for o in outcomes if isinstance(o, MemoryError)]
+    assert len(failed) == 4 * sizes.count(4) > 0  # only the batches of 4 failed, each its own callers
+    assert all((a, b) != (4, 4) for a, b in itertools.pairwise(sizes)), sizes  # each ended its trial
+    assert sizes.count(4) <= len(sizes) // 8 + 1  # one batch in every other trial, none between trials
+    assert batcher.best_size == 2
