@@ -10,13 +10,13 @@ Example:
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pipeserve.errors import InvalidInput
-from pipeserve.types import Tensor
+from pipeserve.types import Tensor, TensorDict
 
 #: v2 datatype name -> NumPy dtype (little-endian). BYTES is an object array of ``bytes``.
 DATATYPES: dict[str, np.dtype[Any]] = {
@@ -67,6 +67,20 @@ def element_count(shape: Sequence[int]) -> int:
             raise InvalidInput(f"shape {list(shape)} has a negative dimension", expected="dimensions >= 0")
         count *= int(dim)
     return count
+
+
+def select_outputs(outputs: Mapping[str, Tensor], requested: Sequence[str] | None) -> TensorDict:
+    """The outputs a request asked for, in its order (all of them when it named none).
+
+    Raises:
+        InvalidInput: a requested output the model does not have.
+    """
+    if not requested:
+        return dict(outputs)
+    unknown = [name for name in requested if name not in outputs]
+    if unknown:
+        raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
+    return {name: outputs[name] for name in requested}
 
 
 def encode_raw(array: Tensor) -> bytes:

@@ -1,4 +1,5 @@
-"""Tensors <-> gRPC v2 messages, for both sides: raw contents out (tritonclient reads only those), raw or typed in."""
+"""gRPC v2 messages -> tensors (raw or typed contents) and parameters both ways, for both sides; ModelInfer
+messages are written, raw contents only (tritonclient reads only those), by ``infer_proto``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import numpy as np
 
 from pipeserve.errors import InvalidInput
 from pipeserve.types import Tensor, TensorDict
-from pipeserve.v2._proto import inference_pb2 as pb
-from pipeserve.v2.datatypes import datatype_of, decode_raw, encode_raw, numpy_of
+from pipeserve.v2.datatypes import decode_raw, numpy_of
 
 #: Where each datatype's elements go in InferTensorContents (typed, non-raw requests).
 _CONTENTS_FIELD = {
@@ -99,63 +99,3 @@ def tensors_of(specs: Iterable[Any], raw: Sequence[bytes | memoryview], *, what:
 def _check_unique(names: list[str]) -> None:
     if len(set(names)) != len(names):
         raise InvalidInput(f"input names {names} repeat", expected="each input once")
-
-
-def request_tensors(request: pb.ModelInferRequest) -> TensorDict:
-    """The named input tensors of a request (raw or typed contents).
-
-    Raises:
-        InvalidInput: sizes that do not match shapes, unknown datatypes, duplicate names.
-    """
-    return tensors_of(request.inputs, list(request.raw_input_contents), what="input")
-
-
-def response_tensors(response: pb.ModelInferResponse) -> TensorDict:
-    return tensors_of(response.outputs, list(response.raw_output_contents), what="output")
-
-
-def build_response(
-    model_name: str,
-    version: str,
-    request_id: str,
-    outputs: TensorDict,
-    requested: list[str] | None,
-    parameters: Mapping[str, Any] | None = None,
-) -> pb.ModelInferResponse:
-    """A response with raw output contents, in ``requested`` order (all outputs when None).
-
-    Raises:
-        InvalidInput: a requested output the model does not have.
-    """
-    names = requested or list(outputs)
-    unknown = [n for n in names if n not in outputs]
-    if unknown:
-        raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
-    response = pb.ModelInferResponse(model_name=model_name, model_version=version, id=request_id)
-    if parameters:
-        set_parameters(response.parameters, parameters)
-    for name in names:
-        array = outputs[name]
-        response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-        response.raw_output_contents.append(encode_raw(array))
-    return response
-
-
-def build_request(
-    model_name: str,
-    version: str,
-    inputs: TensorDict,
-    outputs: list[str] | None = None,
-    *,
-    request_id: str = "",
-    parameters: Mapping[str, Any] | None = None,
-) -> pb.ModelInferRequest:
-    request = pb.ModelInferRequest(model_name=model_name, model_version=version, id=request_id)
-    if parameters:
-        set_parameters(request.parameters, parameters)
-    for name, array in inputs.items():
-        request.inputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-        request.raw_input_contents.append(encode_raw(array))
-    for name in outputs or []:
-        request.outputs.add(name=name)
-    return request

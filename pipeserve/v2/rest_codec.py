@@ -14,7 +14,7 @@ import orjson
 
 from pipeserve.errors import InvalidInput
 from pipeserve.types import TensorDict
-from pipeserve.v2.datatypes import datatype_of, decode_json, decode_raw, encode_json, encode_raw
+from pipeserve.v2.datatypes import datatype_of, decode_json, decode_raw, encode_json, encode_raw, select_outputs
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -146,10 +146,7 @@ def encode_infer_response(
     Raises:
         InvalidInput: a requested output the model does not have.
     """
-    names = request.outputs or list(outputs)
-    unknown = [n for n in names if n not in outputs]
-    if unknown:
-        raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
+    selected = select_outputs(outputs, request.outputs)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": version}
     if request.request_id is not None:
         doc["id"] = request.request_id
@@ -157,8 +154,7 @@ def encode_infer_response(
         doc["parameters"] = dict(parameters)
     blobs: list[bytes] = []
     items = []
-    for name in names:
-        array = outputs[name]
+    for name, array in selected.items():
         item: dict[str, Any] = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
         if request.binary_outputs.get(name, request.binary_default):
             blob = encode_raw(array)

@@ -36,54 +36,42 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-async def one_core(tmp_path: Path) -> AsyncIterator[tuple[ModelService, str]]:
+async def one_core(tmp_path: Path) -> AsyncIterator[tuple[Any, GrpcClient]]:
+    """The model's runtime (it records its batches and threads) and a client whose first call has warmed it."""
     (tmp_path / "weights.bin").write_bytes(b"\0")
     (tmp_path / "pipeline.yaml").write_text(SPEC)
     service = ModelService(ModelRepository.from_spec(load_spec(tmp_path)), warmup_runs=1, worker_threads=1)
     await service.start()
     port = _free_port()
     server = await start_grpc_server(service, "127.0.0.1", port)
+    client = GrpcClient(f"grpc://127.0.0.1:{port}")
     try:
-        yield service, f"grpc://127.0.0.1:{port}"
+        _, node = service.ready_node("model")
+        assert node.runs_on_loop, "one core, a fast model: on the event loop"
+        fake: Any = node.runtime
+        await client.infer("model", "", {"input": np.zeros((1, 2), np.float32)}, None, 5.0)
+        fake.batches.clear()
+        fake.threads.clear()
+        yield fake, client
     finally:
+        await client.close()
         await server.stop(None)
         await service.stop(grace_s=2.0)
 
 
-def _runtime(service: ModelService) -> Any:
-    _, node = service.ready_node("model")
-    assert node.runs_on_loop, "one core, a fast model: on the event loop"
-    return node.runtime
-
-
-async def test_a_request_alone_runs_at_once_on_the_event_loop(one_core: tuple[ModelService, str]) -> None:
-    service, url = one_core
-    fake = _runtime(service)
-    client = GrpcClient(url)
-    try:
-        await client.infer("model", "", {"input": np.zeros((1, 2), np.float32)}, None, 5.0)
-        fake.batches.clear()
-        fake.threads.clear()
-        for i in range(5):
-            outputs, _ = await client.infer("model", "", {"input": np.full((1, 2), i, np.float32)}, None, 5.0)
-            assert outputs["output"].tolist() == [[float(i), float(i)]]
-    finally:
-        await client.close()
+async def test_a_request_alone_runs_at_once_on_the_event_loop(one_core: tuple[Any, GrpcClient]) -> None:
+    fake, client = one_core
+    for i in range(5):
+        outputs, _ = await client.infer("model", "", {"input": np.full((1, 2), i, np.float32)}, None, 5.0)
+        assert outputs["output"].tolist() == [[float(i), float(i)]]
     assert fake.batches == [1] * 5
     assert fake.threads == [threading.current_thread().name] * 5
 
 
-async def test_requests_that_arrive_together_run_in_batches(one_core: tuple[ModelService, str]) -> None:
-    service, url = one_core
-    fake = _runtime(service)
-    client = GrpcClient(url)
-    try:
-        await client.infer("model", "", {"input": np.zeros((1, 2), np.float32)}, None, 5.0)
-        fake.batches.clear()
-        calls = [client.infer("model", "", {"input": np.full((1, 2), i, np.float32)}, None, 5.0) for i in range(12)]
-        answers = await asyncio.gather(*calls)
-    finally:
-        await client.close()
+async def test_requests_that_arrive_together_run_in_batches(one_core: tuple[Any, GrpcClient]) -> None:
+    fake, client = one_core
+    calls = [client.infer("model", "", {"input": np.full((1, 2), i, np.float32)}, None, 5.0) for i in range(12)]
+    answers = await asyncio.gather(*calls)
     assert [outputs["output"].tolist() for outputs, _ in answers] == [[[float(i), float(i)]] for i in range(12)]
     assert sum(fake.batches) == 12
     assert max(fake.batches) > 1, f"calls sent together were batched: {fake.batches}"

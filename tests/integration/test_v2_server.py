@@ -34,6 +34,7 @@ from pipeserve.v2 import grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
 from pipeserve.v2.grpc_service import Stub
 from pipeserve.v2.rest_codec import decode_infer_response, encode_infer_request
+from tests.v2_messages import build_request
 
 IRIS_ROW = [[5.1, 3.5, 1.4, 0.2]]
 HEADER_LENGTH = "inference-header-content-length"
@@ -752,8 +753,8 @@ async def test_grpc_bytes_round_trip_through_the_echo_model(
 async def test_grpc_versions_are_addressable(repo_grpc: str, stub_for: Callable[[str], Stub]) -> None:
     stub = stub_for(repo_grpc)
     inputs = {"input": np.array(IRIS_ROW, np.float32)}
-    latest = await stub.ModelInfer(grpc_codec.build_request("iris", "", inputs))
-    first = await stub.ModelInfer(grpc_codec.build_request("iris", "1", inputs))
+    latest = await stub.ModelInfer(build_request("iris", "", inputs))
+    first = await stub.ModelInfer(build_request("iris", "1", inputs))
     assert (latest.model_version, first.model_version) == ("2", "1")
 
 
@@ -767,33 +768,52 @@ async def test_grpc_invalid_input_is_invalid_argument_saying_what_is_wrong(
     spec_grpc: str, stub_for: Callable[[str], Stub]
 ) -> None:
     stub = stub_for(spec_grpc)
-    wrong_dtype = grpc_codec.build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float64)})
+    wrong_dtype = build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float64)})
     error = await _grpc_error(stub.ModelInfer(wrong_dtype))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "datatype FP64" in (error.details() or "")
 
-    short = grpc_codec.build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float32)})
+    short = build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float32)})
     short.raw_input_contents[0] = short.raw_input_contents[0][:12]
     error = await _grpc_error(stub.ModelInfer(short))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "input 'input' has 12 bytes" in (error.details() or "")
 
-    ok = await stub.ModelInfer(grpc_codec.build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float32)}))
+    ok = await stub.ModelInfer(build_request("classifier", "", {"input": np.array(IRIS_ROW, np.float32)}))
     assert ok.model_name == "classifier"
+
+
+async def test_grpc_answers_the_requested_outputs_and_names_an_unknown_one(
+    spec_grpc: str, stub_for: Callable[[str], Stub]
+) -> None:
+    stub = stub_for(spec_grpc)
+    inputs = {"input": np.array(IRIS_ROW, np.float32)}
+    every = await stub.ModelInfer(build_request("classifier", "", inputs))
+    names = [output.name for output in every.outputs]
+    assert len(names) > 1, names
+    chosen = names[::-1][:1]
+    some = await stub.ModelInfer(build_request("classifier", "", inputs, chosen))
+    assert [output.name for output in some.outputs] == chosen
+    assert len(some.raw_output_contents) == 1
+
+    error = await _grpc_error(stub.ModelInfer(build_request("classifier", "", inputs, ["score"])))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown outputs ['score']" in (error.details() or "")
+    assert (await stub.ModelInfer(build_request("classifier", "", inputs))).model_name == "classifier"
 
 
 async def test_grpc_an_unknown_model_or_version_is_not_found(spec_grpc: str, stub_for: Callable[[str], Stub]) -> None:
     stub = stub_for(spec_grpc)
     inputs = {"input": np.array(IRIS_ROW, np.float32)}
     for call in (
-        stub.ModelInfer(grpc_codec.build_request("nope", "", inputs)),
+        stub.ModelInfer(build_request("nope", "", inputs)),
         stub.ModelMetadata(pb.ModelMetadataRequest(name="nope")),
         stub.ModelReady(pb.ModelReadyRequest(name="nope")),
     ):
         error = await _grpc_error(call)
         assert error.code() == grpc.StatusCode.NOT_FOUND
         assert "unknown model 'nope'" in (error.details() or "")
-    error = await _grpc_error(stub.ModelInfer(grpc_codec.build_request("classifier", "7", inputs)))
+    error = await _grpc_error(stub.ModelInfer(build_request("classifier", "7", inputs)))
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert "(it has: 1)" in (error.details() or "")
 
@@ -805,7 +825,7 @@ async def test_grpc_unload_makes_the_model_unavailable_and_load_brings_it_back(
     inputs = {"input": np.array(IRIS_ROW, np.float32)}
     await stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="iris"))
 
-    error = await _grpc_error(stub.ModelInfer(grpc_codec.build_request("iris", "", inputs)))
+    error = await _grpc_error(stub.ModelInfer(build_request("iris", "", inputs)))
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert "not ready: unloaded" in (error.details() or "")
     assert (await stub.ModelReady(pb.ModelReadyRequest(name="iris"))).ready is False
@@ -818,7 +838,7 @@ async def test_grpc_unload_makes_the_model_unavailable_and_load_brings_it_back(
     await stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="iris"))
 
     assert (await stub.ServerReady(pb.ServerReadyRequest())).ready is True
-    assert (await stub.ModelInfer(grpc_codec.build_request("iris", "", inputs))).model_version == "2"
+    assert (await stub.ModelInfer(build_request("iris", "", inputs))).model_version == "2"
 
 
 async def test_grpc_loading_an_unknown_model_is_not_found(repo_grpc: str, stub_for: Callable[[str], Stub]) -> None:
@@ -832,10 +852,8 @@ async def test_grpc_deadline_and_overload_have_their_own_codes(
     service = await make_service(ModelRepository.from_directory(repo_dir), max_in_flight=1)
     async for address in serve_grpc(service, engine):
         stub = stub_for(address)
-        slow = grpc_codec.build_request("slow", "", {"DELAY": np.array([0.4], np.float32)})
-        timed = grpc_codec.build_request(
-            "slow", "", {"DELAY": np.array([0.4], np.float32)}, parameters={"timeout": 30_000}
-        )
+        slow = build_request("slow", "", {"DELAY": np.array([0.4], np.float32)})
+        timed = build_request("slow", "", {"DELAY": np.array([0.4], np.float32)}, parameters={"timeout": 30_000})
         error = await _grpc_error(stub.ModelInfer(timed))
         assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert "deadline of 30 ms" in (error.details() or "")

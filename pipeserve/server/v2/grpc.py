@@ -18,6 +18,7 @@ from pipeserve.server.v2.http2 import Http2Limits
 from pipeserve.service.models import ModelService
 from pipeserve.v2 import RELEASE_PARAMETER, grpc_codec
 from pipeserve.v2._proto import inference_pb2 as pb
+from pipeserve.v2.datatypes import select_outputs
 from pipeserve.v2.grpc_service import MAX_MESSAGE_BYTES, MESSAGE_OPTIONS, METHODS, SERVICE, add_servicer, server_codec
 from pipeserve.v2.infer_proto import InferRequest, InferResponse
 
@@ -108,11 +109,7 @@ class GrpcInferenceServicer:
         entry, outputs = await self.service.infer(
             message.model_name, message.model_version, inputs, timeout_s=timeout_s
         )
-        names = request.requested_outputs() or list(outputs)
-        unknown = [name for name in names if name not in outputs]
-        if unknown:
-            raise InvalidInput(f"unknown outputs {unknown}", expected=f"outputs among {list(outputs)}")
-        selected = {name: outputs[name] for name in names}
+        selected = select_outputs(outputs, request.requested_outputs())
         return InferResponse(entry.name, entry.version, message.id, selected, {RELEASE_PARAMETER: entry.release or ""})
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:

@@ -18,6 +18,7 @@ from pipeserve.v2.datatypes import (
     encode_json,
     encode_raw,
     numpy_of,
+    select_outputs,
 )
 
 NUMERIC = [name for name in DATATYPES if name != "BYTES"]
@@ -236,3 +237,13 @@ def test_a_json_element_count_that_does_not_match_the_shape_names_the_input_and_
 def test_json_data_that_is_not_numbers_of_the_shape_is_invalid_input(data: Any) -> None:
     with pytest.raises(InvalidInput, match="'x'"):
         decode_json(data, "FP32", [2], name="x")
+
+
+def test_the_requested_outputs_are_selected_in_the_requested_order() -> None:
+    outputs = {"a": np.zeros(1), "b": np.ones(1), "c": np.full(1, 2.0)}
+    assert list(select_outputs(outputs, None)) == ["a", "b", "c"]
+    assert list(select_outputs(outputs, [])) == ["a", "b", "c"]
+    assert list(select_outputs(outputs, ["c", "a"])) == ["c", "a"]
+    with pytest.raises(InvalidInput, match=r"unknown outputs \['score'\]") as info:
+        select_outputs(outputs, ["a", "score"])
+    assert "outputs among ['a', 'b', 'c']" in str(info.value)

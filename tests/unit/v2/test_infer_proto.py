@@ -18,6 +18,7 @@ from pipeserve.v2 import grpc_codec, infer_proto
 from pipeserve.v2._proto import inference_pb2 as pb
 from pipeserve.v2.datatypes import encode_raw
 from pipeserve.v2.infer_proto import InferResponse, decode_request, decode_response, encode_request, encode_response
+from tests.v2_messages import build_request, build_response
 
 from .test_datatypes import bytes_tensor
 from .test_grpc_codec import assert_same_tensors, every_datatype
@@ -49,7 +50,7 @@ def test_a_request_reads_back_with_every_datatype_and_field() -> None:
 def test_a_request_is_the_message_protobuf_would_write() -> None:
     tensors = every_datatype()
     wire = encode_request("m", "2", tensors, ["y"], request_id="req-1", parameters=PARAMETERS)
-    expected = grpc_codec.build_request("m", "2", tensors, ["y"], request_id="req-1", parameters=PARAMETERS)
+    expected = build_request("m", "2", tensors, ["y"], request_id="req-1", parameters=PARAMETERS)
     assert pb.ModelInferRequest.FromString(wire) == expected
 
 
@@ -125,7 +126,7 @@ def test_a_response_is_the_message_protobuf_would_write_and_reads_back() -> None
     outputs = every_datatype()
     response = InferResponse("m", "3", "req-1", outputs, {"pipeserve_release": "f00"})
     wire = encode_response(response)
-    expected = grpc_codec.build_response("m", "3", "req-1", outputs, None, {"pipeserve_release": "f00"})
+    expected = build_response("m", "3", "req-1", outputs, {"pipeserve_release": "f00"})
     assert pb.ModelInferResponse.FromString(wire) == expected
     assert triton.ModelInferResponse.FromString(wire).model_version == "3"
 
