@@ -32,7 +32,17 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.paired import LoopProcess, Pair, Summary, apply_factors, batch_factor, batch_rates, settle, summarize
+from bench.paired import (
+    LoopProcess,
+    Pair,
+    Summary,
+    apply_factors,
+    batch_factor,
+    batch_rates,
+    pinned_module,
+    settle,
+    summarize,
+)
 from bench.run import LUA, ROOT, free_port, only_running, server, wrk
 
 PY = sys.executable
@@ -252,17 +262,7 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], dict[str, list[dict[int, 
         env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
         limits = {
             engine: LoopProcess(
-                [
-                    "taskset",
-                    "-c",
-                    str(args.server_core),
-                    PY,
-                    "-m",
-                    "bench.apps.inprocess_batch",
-                    "--serve",
-                    engine,
-                    str(body["json"]),
-                ],
+                pinned_module(args.server_core, "bench.apps.inprocess_batch", "--serve", engine, str(body["json"])),
                 env,
                 ROOT,
             )
@@ -272,17 +272,7 @@ def run(args: argparse.Namespace) -> tuple[list[Pair], dict[str, list[dict[int, 
         # wrk drops the requests in flight when it stops, which undercounts a server that holds more of them).
         loads = {
             c.name: LoopProcess(
-                [
-                    "taskset",
-                    "-c",
-                    str(args.client_core),
-                    PY,
-                    "-m",
-                    "bench.apps.http_load",
-                    "--serve",
-                    urls[c.name] + c.path,
-                    str(c.body),
-                ],
+                pinned_module(args.client_core, "bench.apps.http_load", "--serve", urls[c.name] + c.path, str(c.body)),
                 env,
                 ROOT,
             )

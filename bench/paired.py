@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,11 @@ def settle(cores: Sequence[int], *, below: float = 0.25, window_s: float = 0.2, 
         if total1 > total0 and (busy1 - busy0) / (total1 - total0) < below:
             break
     return time.monotonic() - started
+
+
+def pinned_module(core: int, module: str, *args: str) -> list[str]:
+    """The command running ``python -m module args`` (this interpreter) pinned to ``core``."""
+    return ["taskset", "-c", str(core), sys.executable, "-m", module, *args]
 
 
 class LoopProcess:

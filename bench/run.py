@@ -145,6 +145,8 @@ def server(name: str, command: list[str], env: dict[str, str], ready_path: str, 
 def wrk(
     url: str, body: Path, concurrency: int, duration_s: float, core: int | str, lua: Path, path: str = "/predict/label"
 ) -> tuple[float, float, float]:
+    if shutil.which("wrk") is None:
+        raise RuntimeError("wrk is not installed: the make targets install it (make bench), or apt-get install wrk")
     command = [
         "taskset",
         "-c",
