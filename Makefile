@@ -13,7 +13,7 @@ IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
-.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-split bench-gateway bench-jobs peers proto redis clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-request-cost bench-split bench-gateway bench-jobs peers proto redis clean
 
 all: install examples
 
@@ -83,6 +83,10 @@ peers:
 bench-batching: install examples peers
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.batching $(BENCH_ARGS)
+
+# Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop.
+bench-request-cost: install examples
+	$(PY) -m bench.request_cost $(BENCH_ARGS)
 
 # Split benchmark: preprocessing -> gRPC -> inference vs web-single vs in-process; the inference server alone.
 bench-split: install examples

@@ -1,0 +1,163 @@
+"""Where a saturated imagenet server's time goes, per image: the engine against everything else, next to the same
+split of the in-process loop (preprocessing, engine) at batch 1 and 2.
+
+The server (pinned to one core, batching on and off) runs at concurrency 32 from bench/apps/http_load.py on the
+other core; its core is busy all the time, so one image costs it 1 / req/s. The engine's share comes from its own
+metrics: ``pipeserve_batch_run_seconds`` over the rows batched (batching on) or the classifier node's latency
+(batching off). The rest (HTTP, preprocessing, the pipeline's nodes, the log line) is the difference. The loop
+times preprocessing and the engine call separately. Slices of every contender alternate, so that the machine's
+drift (10-20% within a minute here) spreads over all of them; the table shows medians.
+
+    .venv/bin/python -m bench.request_cost [--rounds 6] [--slice 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+from bench.batching import bodies, spec_variant
+from bench.paired import LoopProcess, pinned_module, settle
+from bench.run import ROOT, only_running, server
+
+PY = sys.executable
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def engine_counters(url: str, batching: bool) -> tuple[float, float]:
+    """(engine seconds, images) the classifier has run so far."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    if batching:
+        return (
+            _metric(text, "pipeserve_batch_run_seconds_sum", model="classifier"),
+            _metric(text, "pipeserve_batch_size_sum", model="classifier"),
+        )
+    return (
+        _metric(text, "pipeserve_node_latency_seconds_sum", node="classifier"),
+        _metric(text, "pipeserve_node_latency_seconds_count", node="classifier"),
+    )
+
+
+def loop_split(body_path: Path, batch: int, duration_s: float) -> tuple[float, float]:
+    """In this process: (preprocessing ms, engine ms) per image at ``batch``, for ``duration_s``."""
+    from bench.apps.common import preprocess_image, session
+
+    body = body_path.read_bytes()
+    onnx = _SESSION.setdefault("onnx", session())
+    name = onnx.get_inputs()[0].name
+    pre = run = 0.0
+    images = 0
+    end = time.perf_counter() + duration_s
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        x = np.concatenate([preprocess_image(orjson.loads(body)["data"]) for _ in range(batch)])
+        t1 = time.perf_counter()
+        onnx.run(None, {name: x})[0].argmax(-1)
+        run += time.perf_counter() - t1
+        pre += t1 - t0
+        images += batch
+    return pre / images * 1000, run / images * 1000
+
+
+_SESSION: dict[str, Any] = {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--slice", type=float, default=4.0, help="seconds per measurement")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--client-core", type=int, default=1)
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {args.server_core})  # the loop runs here, on the servers' core
+    os.environ["BENCH_MODEL"] = "imagenet"
+    rows: dict[str, list[tuple[float, float]]] = {}  # name -> [(engine ms, rest ms) per image]
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        body = bodies(workdir)["json"]
+        example = ROOT / "examples" / "imagenet"
+        urls = {}
+        for batching in (True, False):
+            spec = spec_variant(example, workdir / f"spec-{batching}", onnx_batching=batching, ts_batching=False)
+            command = ["taskset", "-c", str(args.server_core), PY, "-m", "pipeserve.cli.main", "serve", str(spec)]
+            urls[batching] = stack.enter_context(
+                server(
+                    f"request-cost-{'on' if batching else 'off'}",
+                    [*command, "--port", "{port}"],
+                    {"PIPESERVE_ACCESS_LOG": "true"},
+                    "/health/ready",
+                    workdir,
+                )
+            )
+        env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
+        loads = {
+            batching: LoopProcess(
+                pinned_module(args.client_core, "bench.apps.http_load", "--serve", url + "/predict/label", str(body)),
+                env,
+                ROOT,
+            )
+            for batching, url in urls.items()
+        }
+        for batching, url in urls.items():
+            only_running(url)
+            loads[batching].measure(8, 3)
+        for size in (1, 2):
+            loop_split(body, size, 1.0)
+        try:
+            for round_ in range(args.rounds):
+                order: list[Any] = [True, False, 1, 2]
+                for which in order if round_ % 2 == 0 else reversed(order):
+                    if isinstance(which, bool):
+                        url = urls[which]
+                        only_running(url)
+                        seconds0, images0 = engine_counters(url, which)
+                        answer = loads[which].measure(args.concurrency, args.slice)
+                        settle([args.server_core])
+                        seconds1, images1 = engine_counters(url, which)
+                        only_running(None)
+                        engine = (seconds1 - seconds0) / (images1 - images0) * 1000
+                        name = f"pipeserve, batching {'on' if which else 'off'} (c={args.concurrency})"
+                        rows.setdefault(name, []).append((engine, 1000 / answer["rps"] - engine))
+                    else:
+                        pre, run = loop_split(body, which, args.slice)
+                        rows.setdefault(f"in-process loop, batch {which}", []).append((run, pre))
+                print(f"round {round_ + 1}/{args.rounds}", file=sys.stderr, flush=True)
+        finally:
+            only_running(None)
+            for load in loads.values():
+                load.close()
+    baseline = statistics.median(e + r for e, r in rows["in-process loop, batch 1"])
+    print(
+        f"\nms of one core per image, median of {args.rounds} rounds of {args.slice:g} s "
+        "(server: the engine from its metrics, the rest from req/s; loop: preprocessing as the rest)\n"
+    )
+    print("| contender | engine ms | rest ms | total ms | images/s vs loop at batch 1 |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in rows.items():
+        engine = statistics.median(v[0] for v in values)
+        rest = statistics.median(v[1] for v in values)
+        total = statistics.median(v[0] + v[1] for v in values)
+        print(f"| {name} | {engine:.2f} | {rest:.2f} | {total:.2f} | {baseline / total:.1%} |")
+
+
+if __name__ == "__main__":
+    main()
