@@ -122,6 +122,7 @@ class Batcher(Generic[T, R]):
         # Adaptive mode: the size in use (chosen from the learned costs, then by trials) and the trial under way.
         self._best: tuple[int, int] | None = None  # (the latency model's generation, the size)
         self._trial: SizeTrial | None = None
+        self._trial_generation = 0  # the latency model's generation when the trial began
         self._trials = 0
 
     async def __aenter__(self) -> Batcher[T, R]:
@@ -307,6 +308,7 @@ class Batcher(Generic[T, R]):
             return size
         if self._trial is None and self._batch_counter and self._batch_counter % EXPLORE_EVERY == 0:
             self._trial = SizeTrial(best, self._neighbour(best))
+            self._trial_generation = self.latency.generation
             self._trials += 1
         planned = self._trial.next_size if self._trial is not None else None
         return planned if planned is not None else best
@@ -331,7 +333,8 @@ class Batcher(Generic[T, R]):
         else:
             trial.record(0, 0.0)  # not costed: a miss
         if trial.done:
-            self._best = (latency.generation, trial.winner())
+            if self._trial_generation == latency.generation:  # else what was learned was forgotten meanwhile:
+                self._best = (latency.generation, trial.winner())  # best_size starts over from the new costs
             self._trial = None
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:

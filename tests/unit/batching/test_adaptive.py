@@ -415,3 +415,41 @@ async def test_a_size_that_fails_in_a_trial_ends_the_trial_for_the_size_in_use(
     assert all((a, b) != (4, 4) for a, b in itertools.pairwise(sizes)), sizes  # each ended its trial
     assert sizes.count(4) <= len(sizes) // 8 + 1  # one batch in every other trial, none between trials
     assert batcher.best_size == 2
+
+
+async def test_a_trial_that_outlives_forgetting_does_not_choose_for_the_new_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The costs are forgotten and relearned (after a warm-up) while a trial's last batch runs: the trial's winner,
+    costed mostly before, is not stamped as the choice for the new costs; the size in use comes from what was
+    learned since. (Forgotten earlier in a trial, the trial is dropped when the next batch is planned.)"""
+    monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 4)
+    costs = {1: 0.010, 2: 0.012, 4: 0.020}  # per batch: 4 is cheapest per row, then 2; a trial tries 2 against 4
+    relearned = {1: 0.002, 2: 0.008, 4: 0.040}  # after forgetting: 1 is cheapest per row, and 2 beats 4
+    forgot = False
+
+    async def model(items: list[int]) -> list[int]:
+        nonlocal forgot, costs
+        trial = batcher._trial
+        if trial is not None and trial.next_size is not None and len(trial._plan) == 1 and not forgot:
+            # the trial's last batch is running: forget, and learn the new costs
+            forgot = True
+            costs = relearned
+            batcher.latency.forget()
+            for size, seconds in relearned.items():
+                batcher.latency.observe(size, seconds)
+        elif forgot and batcher._trial is None:
+            monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 10**9)  # no trial after this one
+        batcher.latency.observe(len(items), costs[len(items)])
+        return items
+
+    policy = BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000)
+    batcher: Batcher[int, int] = Batcher(model, policy, learns_latency=False)
+    for size, seconds in costs.items():
+        batcher.latency.observe(size, seconds)
+    async with batcher:
+        assert batcher.best_size == 4
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(200)))
+    assert results == list(range(200))
+    assert forgot
+    assert batcher.best_size == 1  # from the relearned costs; the trial, begun before, would have said 2
