@@ -101,9 +101,12 @@ async def resume_within(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, de
     cancelling = task.cancelling() if task is not None else 0
     expired = False
 
+    def owner() -> asyncio.Task[Any] | None:  # start's task exists once its first step has returned
+        return task if task is not None else slot.task if slot is not None else None
+
     def expire() -> None:
         nonlocal expired
-        target = task if task is not None else slot.task if slot is not None else None
+        target = owner()
         if target is not None and not target.done():
             expired = True
             target.cancel()
@@ -114,18 +117,17 @@ async def resume_within(coroutine: Coroutine[Any, Any, Any], waiting_on: Any, de
     try:
         return await resume(coroutine, waiting_on)
     except asyncio.CancelledError:
-        owner = task if task is not None else slot.task if slot is not None else None
-        if expired and owner is not None:
+        target = owner()
+        if expired and target is not None:
             uncancelled = True
-            if owner.uncancel() <= cancelling:
+            if target.uncancel() <= cancelling:
                 raise TimeoutError from None
         raise
     finally:
         timer.cancel()
-        if expired and not uncancelled:  # the work swallowed the cancel: undo it, as asyncio.timeout does
-            owner = task if task is not None else slot.task if slot is not None else None
-            if owner is not None:
-                owner.uncancel()
+        target = owner()
+        if expired and not uncancelled and target is not None:  # the work swallowed the cancel: undo it, as
+            target.uncancel()  # asyncio.timeout does
 
 
 def _owner_or_raise() -> tuple[asyncio.Task[Any] | None, _Slot | None]:

@@ -22,11 +22,7 @@ def build_request(
     parameters: Mapping[str, Any] | None = None,
 ) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name=model_name, model_version=version, id=request_id)
-    if parameters:
-        grpc_codec.set_parameters(request.parameters, parameters)
-    for name, array in inputs.items():
-        request.inputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-        request.raw_input_contents.append(encode_raw(array))
+    _fill(request.parameters, parameters, request.inputs, request.raw_input_contents, inputs)
     for name in outputs or []:
         request.outputs.add(name=name)
     return request
@@ -40,12 +36,17 @@ def build_response(
     parameters: Mapping[str, Any] | None = None,
 ) -> pb.ModelInferResponse:
     response = pb.ModelInferResponse(model_name=model_name, model_version=version, id=request_id)
-    if parameters:
-        grpc_codec.set_parameters(response.parameters, parameters)
-    for name, array in outputs.items():
-        response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-        response.raw_output_contents.append(encode_raw(array))
+    _fill(response.parameters, parameters, response.outputs, response.raw_output_contents, outputs)
     return response
+
+
+def _fill(fields: Any, parameters: Mapping[str, Any] | None, specs: Any, raw: Any, tensors: TensorDict) -> None:
+    """A message's parameters, and its tensors as specs with raw contents."""
+    if parameters:
+        grpc_codec.set_parameters(fields, parameters)
+    for name, array in tensors.items():
+        specs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
+        raw.append(encode_raw(array))
 
 
 def request_tensors(request: pb.ModelInferRequest) -> TensorDict:
