@@ -5,8 +5,10 @@ The server (pinned to one core, batching on and off) runs at concurrency 32 from
 other core; its core is busy all the time, so one image costs it 1 / req/s. The engine's share comes from its own
 metrics: ``pipeserve_batch_run_seconds`` over the rows batched (batching on) or the classifier node's latency
 (batching off). The rest (HTTP, preprocessing, the pipeline's nodes, the log line) is the difference. The loop
-times preprocessing and the engine call separately. Slices of every contender alternate, so that the machine's
-drift (10-20% within a minute here) spreads over all of them; the table shows medians.
+times preprocessing and the engine call separately. A third server, bench/apps/bare_batch_app.py (uvicorn, a bare
+ASGI callable and a 20-line greedy batcher of 2, nothing else), shows what HTTP and batching cost at the least.
+Slices of every contender alternate, so that the machine's drift (10-20% within a minute here) spreads over all of
+them; the table shows medians.
 
     .venv/bin/python -m bench.request_cost [--rounds 6] [--slice 4]
 """
@@ -31,6 +33,12 @@ from bench.batching import bodies, spec_variant
 from bench.paired import LoopProcess, pinned_module, settle
 from bench.run import ROOT, only_running, server
 
+NAMES = {
+    "on": "pipeserve, batching on (c={c})",
+    "off": "pipeserve, batching off (c={c})",
+    "bare": "bare ASGI + greedy batcher of 2 (c={c})",
+}
+
 
 def _metric(text: str, name: str, **labels: str) -> float:
     total = 0.0
@@ -40,10 +48,14 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def engine_counters(url: str, batching: bool) -> tuple[float, float]:
-    """(engine seconds, images) the classifier has run so far."""
+def engine_counters(url: str, kind: str) -> tuple[float, float]:
+    """(engine seconds, images) the classifier has run so far, on a pipeserve server (batching ``on`` or ``off``)
+    or on the bare batching app (``bare``)."""
+    if kind == "bare":
+        stats = httpx.get(url + "/stats", timeout=10).json()
+        return stats["engine_s"], stats["images"]
     text = httpx.get(url + "/metrics", timeout=10).text
-    if batching:
+    if kind == "on":
         return (
             _metric(text, "pipeserve_batch_run_seconds_sum", model="classifier"),
             _metric(text, "pipeserve_batch_size_sum", model="classifier"),
@@ -98,38 +110,36 @@ def main() -> None:
         body = bodies(workdir)["json"]
         example = ROOT / "examples" / "imagenet"
         urls = {}
-        for batching in (True, False):
-            spec = spec_variant(example, workdir / f"spec-{batching}", onnx_batching=batching, ts_batching=False)
+        for kind in ("on", "off"):
+            spec = spec_variant(example, workdir / f"spec-{kind}", onnx_batching=kind == "on", ts_batching=False)
             command = pinned_module(args.server_core, "pipeserve.cli.main", "serve", str(spec), "--port", "{port}")
-            urls[batching] = stack.enter_context(
-                server(
-                    f"request-cost-{'on' if batching else 'off'}",
-                    command,
-                    {"PIPESERVE_ACCESS_LOG": "true"},
-                    "/health/ready",
-                    workdir,
-                )
+            urls[kind] = stack.enter_context(
+                server(f"request-cost-{kind}", command, {"PIPESERVE_ACCESS_LOG": "true"}, "/health/ready", workdir)
             )
+        bare = pinned_module(
+            args.server_core, "uvicorn", "bench.apps.bare_batch_app:app", "--port", "{port}", "--no-access-log"
+        )
         env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
+        urls["bare"] = stack.enter_context(server("request-cost-bare", bare, env, "/health", workdir))
         loads = {
-            batching: LoopProcess(
+            kind: LoopProcess(
                 pinned_module(args.client_core, "bench.apps.http_load", "--serve", url + "/predict/label", str(body)),
                 env,
                 ROOT,
             )
-            for batching, url in urls.items()
+            for kind, url in urls.items()
         }
-        for batching, url in urls.items():
+        for kind, url in urls.items():
             only_running(url)
-            loads[batching].measure(8, 3)
+            loads[kind].measure(8, 3)
         loop = Loop(body)
         for size in (1, 2):
             loop.split(size, 1.0)  # warm: the first runs at a new batch shape allocate
         try:
             for round_ in range(args.rounds):
-                order: list[Any] = [True, False, 1, 2]
+                order: list[Any] = ["on", "off", "bare", 1, 2]
                 for which in order if round_ % 2 == 0 else reversed(order):
-                    if isinstance(which, bool):
+                    if isinstance(which, str):
                         url = urls[which]
                         only_running(url)
                         seconds0, images0 = engine_counters(url, which)
@@ -138,7 +148,7 @@ def main() -> None:
                         seconds1, images1 = engine_counters(url, which)
                         only_running(None)
                         engine = (seconds1 - seconds0) / (images1 - images0) * 1000
-                        name = f"pipeserve, batching {'on' if which else 'off'} (c={args.concurrency})"
+                        name = NAMES[which].format(c=args.concurrency)
                         rows.setdefault(name, []).append((engine, 1000 / answer["rps"] - engine))
                     else:
                         pre, run = loop.split(which, args.slice)
@@ -149,17 +159,18 @@ def main() -> None:
             for load in loads.values():
                 load.close()
     baseline = statistics.median(e + r for e, r in rows["in-process loop, batch 1"])
+    best = statistics.median(e + r for e, r in rows["in-process loop, batch 2"])
     print(
         f"\nms of one core per image, median of {args.rounds} rounds of {args.slice:g} s "
         "(server: the engine from its metrics, the rest from req/s; loop: preprocessing as the rest)\n"
     )
-    print("| contender | engine ms | rest ms | total ms | images/s vs loop at batch 1 |")
-    print("|---|---:|---:|---:|---:|")
+    print("| contender | engine ms | rest ms | total ms | images/s vs loop at batch 1 | vs loop at batch 2 |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, values in rows.items():
         engine = statistics.median(v[0] for v in values)
         rest = statistics.median(v[1] for v in values)
         total = statistics.median(v[0] + v[1] for v in values)
-        print(f"| {name} | {engine:.2f} | {rest:.2f} | {total:.2f} | {baseline / total:.1%} |")
+        print(f"| {name} | {engine:.2f} | {rest:.2f} | {total:.2f} | {baseline / total:.1%} | {best / total:.1%} |")
 
 
 if __name__ == "__main__":

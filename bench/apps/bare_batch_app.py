@@ -1,0 +1,82 @@
+"""The floor of a batching HTTP server: a bare ASGI callable under uvicorn with the simplest greedy batcher.
+
+Each request is read and preprocessed inline (as in bare_app), queued with a future, and one task runs whatever
+is queued (up to BENCH_MAX_BATCH rows, default 2) after letting the requests that are ready preprocess first. No
+deadlines, no disconnect handling, no metrics, no log line, no error handling: what a batching server costs per
+request when it does nothing else. ``GET /stats`` answers the engine's seconds and the images it ran.
+
+Run: BENCH_MODEL=imagenet uvicorn bench.apps.bare_batch_app:app
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+
+from bench.apps.common import Predictor, preprocess_image
+
+MAX_BATCH = int(os.environ.get("BENCH_MAX_BATCH", "2"))
+_queue: list[tuple[np.ndarray[Any, Any], asyncio.Future[str]]] = []
+_state: dict[str, Any] = {"engine_s": 0.0, "images": 0}
+
+
+async def _runner(predictor: Predictor, wake: asyncio.Event) -> None:
+    while True:
+        while not _queue:
+            await wake.wait()
+            wake.clear()
+        await asyncio.sleep(0)  # the requests that are ready preprocess and join first
+        batch = _queue[:MAX_BATCH]
+        del _queue[:MAX_BATCH]
+        started = time.thread_time()
+        logits = predictor.session.run(None, {predictor.input_name: np.concatenate([x for x, _ in batch])})[0]
+        _state["engine_s"] += time.thread_time() - started
+        _state["images"] += len(batch)
+        for (_, future), row in zip(batch, logits, strict=True):
+            exp = np.exp(row - row.max())
+            future.set_result(predictor.labels[int((exp / exp.sum()).argmax())])
+
+
+async def _respond(send: Any, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                wake = asyncio.Event()
+                _state["wake"] = wake
+                _state["runner"] = asyncio.create_task(_runner(Predictor(), wake))
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                _state["runner"].cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/health":
+        await _respond(send, b'{"health":"ok"}')
+        return
+    if scope["path"] == "/stats":
+        await _respond(send, orjson.dumps({"engine_s": _state["engine_s"], "images": _state["images"]}))
+        return
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    x = preprocess_image(orjson.loads(b"".join(chunks))["data"])
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    _queue.append((x, future))
+    _state["wake"].set()
+    await _respond(send, orjson.dumps({"prediction": await future}))
