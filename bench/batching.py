@@ -510,8 +510,8 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
             "is cheaper per row in batches (any GPU) gets bigger batches.\n"
         )
     parts.append(
-        "**How it is measured.** This machine's speed drifts by 10-15% within a minute, and by up to 2x from one "
-        "session's machine to the next (the same limit measured 100-117 images/s on one, ~55 on another). Each "
+        "**How it is measured.** This machine's speed drifts by 10-15% within a minute, and by up to 2.5x from one "
+        "session's machine to the next (the ONNX limit has measured from ~55 to ~145 images/s). Each "
         "contender slice is divided by a slice of the in-process limit taken seconds before it on the same core, "
         "and the table shows the median of those ratios over rounds. Servers not being measured are frozen "
         "(SIGSTOP) once they have finished what they had queued; every server is warmed up before the first round. "
@@ -520,9 +520,10 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
     )
     parts.append(
         "**Where the rest goes.** The in-process limit does the work of one request and nothing else: a server on "
-        "the same core also reads and parses HTTP, decodes base64 and writes the answer, about 1 ms of CPU per "
-        "request here (~6% of a 17 ms request), and the engine runs on caches the socket work evicted between "
-        "requests. The load generator counts answers within a window of a continuous load, after a warm-up and "
+        "the same core also reads and parses HTTP, routes the request and writes the answer, and the engine runs "
+        "on caches that work evicted. `make bench-request-cost` splits a saturated server's CPU per image into the "
+        "engine and the rest, next to the loop and to a bare ASGI app with a 20-line batcher (docs/batching.md, "
+        "Measured). The load generator counts answers within a window of a continuous load, after a warm-up and "
         "before the drain (bench/apps/http_load.py), so requests still in flight when a slice ends are not lost to "
         "a batching server that holds more of them half-done.\n"
     )
