@@ -120,7 +120,8 @@ def main() -> None:
             args.server_core, "uvicorn", "bench.apps.bare_batch_app:app", "--port", "{port}", "--no-access-log"
         )
         env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
-        urls["bare"] = stack.enter_context(server("request-cost-bare", bare, env, "/health", workdir))
+        bare_env = {**env, "BENCH_MAX_BATCH": "2"}
+        urls["bare"] = stack.enter_context(server("request-cost-bare", bare, bare_env, "/health", workdir))
         loads = {
             kind: LoopProcess(
                 pinned_module(args.client_core, "bench.apps.http_load", "--serve", url + "/predict/label", str(body)),

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from bench.apps.common import Predictor
+from bench.apps.common import Predictor, read_body, respond
 
 _state: dict[str, Predictor] = {}
 
@@ -26,21 +26,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 return
     if scope["type"] != "http":
         return
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     if scope["path"] == "/health":
-        body = b'{"health":"ok"}'
+        await respond(send, b'{"health":"ok"}')
     else:
-        body = orjson.dumps({"prediction": _state["predictor"].label(orjson.loads(b"".join(chunks))["data"])})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+        await respond(send, orjson.dumps({"prediction": _state["predictor"].label(orjson.loads(body)["data"])}))

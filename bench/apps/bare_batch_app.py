@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.apps.common import Predictor, preprocess_image
+from bench.apps.common import Predictor, preprocess_image, read_body, respond
 
 MAX_BATCH = int(os.environ.get("BENCH_MAX_BATCH", "2"))
 _queue: list[tuple[np.ndarray[Any, Any], asyncio.Future[str]]] = []
@@ -42,12 +42,6 @@ async def _runner(predictor: Predictor, wake: asyncio.Event) -> None:
             future.set_result(predictor.labels[int((exp / exp.sum()).argmax())])
 
 
-async def _respond(send: Any, body: bytes) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         while True:
@@ -64,19 +58,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
     if scope["path"] == "/health":
-        await _respond(send, b'{"health":"ok"}')
+        await respond(send, b'{"health":"ok"}')
         return
     if scope["path"] == "/stats":
-        await _respond(send, orjson.dumps({"engine_s": _state["engine_s"], "images": _state["images"]}))
+        await respond(send, orjson.dumps({"engine_s": _state["engine_s"], "images": _state["images"]}))
         return
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    x = preprocess_image(orjson.loads(b"".join(chunks))["data"])
+    x = preprocess_image(orjson.loads(await read_body(receive))["data"])
     future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     _queue.append((x, future))
     _state["wake"].set()
-    await _respond(send, orjson.dumps({"prediction": await future}))
+    await respond(send, orjson.dumps({"prediction": await future}))

@@ -83,3 +83,20 @@ def record_batch(size: int) -> None:
 def labels_of(logits: np.ndarray[Any, Any], names: list[str]) -> list[str]:
     """The best class of each row of logits."""
     return [names[int(i)] for i in np.asarray(logits).argmax(axis=-1)]
+
+
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body (the bare apps: no limit, no disconnect handling)."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def respond(send: Any, body: bytes) -> None:
+    """A 200 JSON answer over ASGI."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
