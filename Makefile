@@ -13,7 +13,7 @@ IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
-.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-request-cost bench-split bench-gateway bench-jobs peers proto redis clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-recovery bench-request-cost bench-split bench-gateway bench-jobs peers proto redis clean
 
 all: install examples
 
@@ -85,6 +85,10 @@ bench-batching: install examples peers
 	$(PY) -m bench.batching $(BENCH_ARGS)
 
 # Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop.
+# Concurrency 1 before and after a burst at 32, for each batching server: does a lone request's latency come back?
+bench-recovery: install examples peers
+	$(PY) -m bench.recovery $(BENCH_ARGS)
+
 bench-request-cost: install examples
 	$(PY) -m bench.request_cost $(BENCH_ARGS)
 

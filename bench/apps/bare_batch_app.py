@@ -3,7 +3,8 @@
 Each request is read and preprocessed inline (as in bare_app), queued with a future, and one task runs whatever
 is queued (up to BENCH_MAX_BATCH rows, default 2) after letting the requests that are ready preprocess first. No
 deadlines, no disconnect handling, no metrics, no log line, no error handling: what a batching server costs per
-request when it does nothing else. ``GET /stats`` answers the engine's seconds and the images it ran.
+request when it does nothing else. ``GET /stats`` answers the engine's seconds and the images it ran; with
+BENCH_BATCH_LOG set, each batch's size is appended to that file (as the peers do in the batching bench).
 
 Run: BENCH_MODEL=imagenet uvicorn bench.apps.bare_batch_app:app
 """
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.apps.common import Predictor, preprocess_image, read_body, respond
+from bench.apps.common import Predictor, preprocess_image, read_body, record_batch, respond
 
 MAX_BATCH = int(os.environ.get("BENCH_MAX_BATCH", "2"))
 _queue: list[tuple[np.ndarray[Any, Any], asyncio.Future[str]]] = []
@@ -37,6 +38,7 @@ async def _runner(predictor: Predictor, wake: asyncio.Event) -> None:
         logits = predictor.session.run(None, {predictor.input_name: np.concatenate([x for x, _ in batch])})[0]
         _state["engine_s"] += time.thread_time() - started
         _state["images"] += len(batch)
+        record_batch(len(batch))  # only with BENCH_BATCH_LOG set (the batching bench's mean batch size)
         for (_, future), row in zip(batch, logits, strict=True):
             exp = np.exp(row - row.max())
             future.set_result(predictor.labels[int((exp / exp.sum()).argmax())])
