@@ -453,8 +453,8 @@ def markdown(rows: list[Summary], results: list[tuple[str, bool, str]], meta: di
         f"Measured {meta['measured']:%Y-%m-%d %H:%M} UTC on {platform.node()} ({os.cpu_count()} cores); servers "
         f"pinned to core {meta['server_core']}, the load generator to core {meta['client_core']}; {meta['rounds']} "
         f"rounds of {meta['slice']:g} s windows of steady load (bench/apps/http_load.py), each right after a slice of "
-        "its engine's in-process limit on the same core (bench/paired.py). Batching everywhere but in the seed-style "
-        "app: at most "
+        "its engine's in-process limit on the same core (bench/paired.py). Batching everywhere"
+        f"{' but in the seed-style app' if any(r.contender == SEED for r in rows) else ''}: at most "
         f"{MAX_BATCH} per batch, {BATCH_TIMEOUT_S * 1000:g} ms batch "
         "timeout (pipeserve: adaptive mode, which waits only when waiting pays and runs the size it measured "
         "cheapest). The in-process limit: the same preprocessing and engine call in a loop, no server, at the best "
@@ -529,26 +529,31 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
             f"32 with batches of {floor.mean_batch or 1:.1f}: that much of the limit survives HTTP, a fresh body per "
             f"request and the engine running on caches that other work evicted, on this machine. pipeserve with "
             f"batching on does {same_round_ratio(pairs, on.contender, FLOOR, 32):.2f}x the floor's req/s in the same "
-            f"rounds; the difference is what its deadlines, disconnect handling, metrics, log line and pipeline "
-            f"cost per request.{seed_text}\n"
+            f"rounds, with batches of {on.mean_batch or 1:.1f}: the difference is what its deadlines, disconnect "
+            f"handling, metrics, log line and pipeline cost per request, and whatever the batch sizes' difference "
+            f"saves in a server beyond the engine's time per row (which is all the adaptive mode compares; "
+            f"`make bench-request-cost` runs the floor at pipeserve's batch size of 2).{seed_text}\n"
         )
     bento1, pipe1 = get("BentoML", 1), get("pipeserve ONNX batching on", 1)
     if bento1 and pipe1 and bento1.p50_ms > 10 * pipe1.p50_ms:
         parts.append(
             f"**BentoML at concurrency 1** ({bento1.p50_ms:.0f} ms p50) is its dispatcher after load, not its "
             "configuration: it holds a lone request until the queue's size times its wait exceeds the *average wait "
-            "of recent batches* (`CorkDispatcher.controller`), and each round's concurrency 1 follows the previous "
-            "round's 32 and 64, whose batches waited hundreds of ms. The requests it then holds wait that long too and "
-            "keep the average up. A fresh BentoML answers in tens of ms at concurrency 1 (docs/batching.md, Measured: "
-            "BentoML before and after load). Its `max_latency_ms` (10 s here, BentoML's default) is not in that "
-            "rule: lowering it makes it answer 503 under load instead.\n"
+            "of recent batches* (`CorkDispatcher.controller`), and every round's concurrency 1 but the first follows "
+            "the previous round's 32 and 64, whose batches waited hundreds of ms. The requests it then holds wait "
+            "that long too and keep the average up. A fresh BentoML answers in tens of ms at concurrency 1 "
+            "(docs/batching.md, Measured: `make bench-recovery`). Its `max_latency_ms` (10 s here, BentoML's "
+            "default) is not in that rule: lowering it makes it answer 503 under load instead.\n"
         )
     curves = []
+    peers_pay = ""
     for engine, label in (("onnx", "ONNX Runtime"), ("torchscript", "TorchScript")):
         rounds = sweeps.get(engine)
         if rounds:
             medians = {size: statistics.median(r[size] for r in rounds) for size in rounds[0]}
             curves.append(f"{label} " + ", ".join(f"x{value:.2f} at {size}" for size, value in medians.items()))
+            if engine == "onnx" and medians.get(MAX_BATCH, 0.0) < 0.98 * max(medians.values()):
+                peers_pay = f" (the peers' full batches of {MAX_BATCH} pay for it here)"
     if curves:
         gained = ""
         if on and off:
@@ -562,7 +567,7 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
         parts.append(
             "**What batching can gain here.** Images/s by batch size relative to batch 1, in process on one core "
             f"(median over rounds): {'; '.join(curves)}. On a CPU, EfficientNet-Lite0 gains a few percent at best "
-            "from batching, and big batches can cost more per image (so the peers' fixed batches of 8 pay for it); "
+            f"from batching, and big batches can cost more per image{peers_pay}; "
             f"pipeserve's adaptive mode times each size and runs the cheapest it has measured.{gained} A model that "
             "is cheaper per row in batches (any GPU) gets bigger batches.\n"
         )

@@ -18,7 +18,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.batching import SEED, bodies, contenders
+from bench.batching import bodies, contenders, engine_of
 from bench.paired import LoopProcess, pinned_module
 from bench.run import ROOT, server
 
@@ -35,11 +35,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         body = bodies(workdir)
-        chosen = [
-            c
-            for c in contenders(workdir, args.server_core, body)
-            if c.name != SEED and "batching off" not in c.name and "TorchScript" not in c.name
-        ]
+        every = contenders(workdir, args.server_core, body)
+        chosen = [c for c in every if c.batch_source is not None and engine_of(c.name) == "onnx"]  # ONNX, batching
         for c in chosen:
             with ExitStack() as stack:
                 name = f"recovery-{c.name.split()[0]}"
