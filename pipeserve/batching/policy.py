@@ -160,51 +160,66 @@ class LatencyModel:
 
 @dataclass(slots=True)
 class SizeTrial:
-    """A candidate batch size tried against the size in use (the incumbent): batches of the two alternate, each
-    costed per row, and the candidate takes over if it is cheaper (a smaller one also on a tie within ``TIE``).
+    """A candidate batch size tried against the size in use (the incumbent): blocks of ``block`` batches of each
+    alternate, each batch costed per row, and the candidate takes over if it is cheaper (a smaller one also on a
+    tie within ``TIE``).
 
     Compared side by side because on a shared machine the speed drifts by 10-20% within a minute, as much as batch
     sizes differ: costs learned for each size at different moments compared the drift (an adaptive batcher picked
     mean batches of 1.9 in one run and 4.6 in the next, on the same load).
 
+    The first batch of each block is run but not counted: an engine's first run after a change of input shape is
+    dearer (ONNX Runtime re-plans its memory: EfficientNet-Lite0 at batch 1 took 2-4% longer right after a batch
+    of 2 than after another batch of 1, measured), and a size in use runs batch after batch at its own shape.
+    Trials of single batches in turn charged that cost to every batch, most of it per row to the smaller size,
+    and adaptive mode kept batches of 2 on a CPU where a server without batching served 2-3% more.
+
     Example:
         >>> trial = SizeTrial(incumbent=4, candidate=2, rounds=1)
         >>> trial.next_size
         2
-        >>> trial.record(2, 0.024); trial.record(4, 0.052)
+        >>> for size, seconds in ((2, 0.030), (2, 0.024), (4, 0.060), (4, 0.052)):
+        ...     trial.record(size, seconds)
         >>> trial.done, trial.winner()
         (True, 2)
     """
 
     incumbent: int
     candidate: int
-    rounds: int = 3
+    rounds: int = 4
+    #: Batches of one size in a row; the first of each block settles the engine at the new shape, uncounted.
+    block: int = 2
     #: Batches that were not the size planned (too few rows queued) before the trial is given up.
     max_misses: int = 6
-    _plan: list[int] = field(default_factory=list)
+    _plan: list[tuple[int, bool]] = field(default_factory=list)  # (size, counted)
     _per_row: dict[int, list[float]] = field(default_factory=dict)
     _misses: int = 0
 
     def __post_init__(self) -> None:
         if self.incumbent == self.candidate or min(self.incumbent, self.candidate) < 1:
             raise ValueError(f"a trial compares two batch sizes >= 1, got {self.incumbent} and {self.candidate}")
-        self._plan = [self.candidate, self.incumbent] * self.rounds
+        if self.block < 2 or self.rounds < 1:
+            raise ValueError(f"a trial needs blocks of >= 2 batches and >= 1 round, got {self.block}, {self.rounds}")
+        for _ in range(self.rounds):
+            for size in (self.candidate, self.incumbent):
+                self._plan += [(size, False)] + [(size, True)] * (self.block - 1)
         self._per_row = {self.candidate: [], self.incumbent: []}
 
     @property
     def next_size(self) -> int | None:
         """The batch size to run next, or ``None`` once the trial is over."""
-        return self._plan[0] if self._plan and self._misses < self.max_misses else None
+        return self._plan[0][0] if self._plan and self._misses < self.max_misses else None
 
     @property
     def done(self) -> bool:
         return self.next_size is None
 
     def record(self, rows: int, seconds: float) -> None:
-        """A batch ran: it counts if it was the size planned next."""
-        if self._plan and rows == self._plan[0]:
-            self._per_row[rows].append(seconds / rows)
-            self._plan.pop(0)
+        """A batch ran: it counts if it was the size planned next (and not a block's first)."""
+        if self._plan and rows == self._plan[0][0]:
+            size, counted = self._plan.pop(0)
+            if counted:
+                self._per_row[size].append(seconds / rows)
         else:
             self._misses += 1
 
