@@ -560,9 +560,10 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
             gained = (
                 f" In the server at concurrency 32, batching on ran batches of {on.mean_batch or 1:.1f} on average and "
                 f"did {on.vs_batch1 / off.vs_batch1 - 1:+.0%} against batching off. The adaptive batcher keeps the "
-                "size it runs until a trial beats it side by side (a neighbouring size alternated with it, 3 batches "
-                "each, every 64 batches: `best_size` in `GET /metadata` and `/metrics`), so a gain of a few percent "
-                "is found only when it outlasts the machine's drift between the trial's batches."
+                "size it runs until a trial beats it side by side (blocks of two batches of a neighbouring size "
+                "alternated with blocks of it, four of each, every 128 batches: `best_size` in `GET /metadata` and "
+                "`/metrics`), so a gain of a few percent is found only when it outlasts the machine's drift between "
+                "the trial's batches."
             )
         parts.append(
             "**What batching can gain here.** Images/s by batch size relative to batch 1, in process on one core "

@@ -169,10 +169,9 @@ class SizeTrial:
     mean batches of 1.9 in one run and 4.6 in the next, on the same load).
 
     The first batch of each block is run but not counted: an engine's first run after a change of input shape is
-    dearer (ONNX Runtime re-plans its memory: EfficientNet-Lite0 at batch 1 took 2-4% longer right after a batch
-    of 2 than after another batch of 1, measured), and a size in use runs batch after batch at its own shape.
-    Trials of single batches in turn charged that cost to every batch, most of it per row to the smaller size,
-    and adaptive mode kept batches of 2 on a CPU where a server without batching served 2-3% more.
+    dearer (EfficientNet-Lite0 in ONNX Runtime at batch 1 took 2-6% longer right after a batch of 2 than after
+    another batch of 1: bench/shape_switch.py), and a size in use runs batch after batch at its own shape. Trials
+    of single batches in turn charged that cost to every batch they counted, per row mostly to the smaller size.
 
     Example:
         >>> trial = SizeTrial(incumbent=4, candidate=2, rounds=1)
