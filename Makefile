@@ -13,7 +13,7 @@ IRIS := examples/iris/models/iris.onnx
 IMAGENET := examples/imagenet/models/efficientnet_lite0.onnx
 IRIS_ENSEMBLE := examples/iris_ensemble/models/svc.onnx
 
-.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-recovery bench-request-cost bench-split bench-gateway bench-jobs peers proto redis clean
+.PHONY: all install examples serve serve-iris up test test-fast lint typecheck bench bench-batching bench-recovery bench-request-cost bench-shape-switch bench-trial-noise bench-split bench-gateway bench-jobs peers proto redis clean
 
 all: install examples
 
@@ -84,15 +84,22 @@ bench-batching: install examples peers
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.batching $(BENCH_ARGS)
 
-# Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop.
 # Concurrency 1 before and after a burst at 32, for each batching server: does a lone request's latency come back?
 bench-recovery: install examples peers
 	$(PY) -m bench.recovery $(BENCH_ARGS)
 
+# Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop.
 bench-request-cost: install examples
 	$(PY) -m bench.request_cost $(BENCH_ARGS)
 
 # Split benchmark: preprocessing -> gRPC -> inference vs web-single vs in-process; the inference server alone.
+# What adaptive batching's size trials see: an engine's first run after a change of shape, and the trial rule in noise.
+bench-shape-switch: install examples
+	$(PY) -m bench.shape_switch $(BENCH_ARGS)
+
+bench-trial-noise: install
+	$(PY) -m bench.trial_noise $(BENCH_ARGS)
+
 bench-split: install examples
 	@command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || sudo apt-get install -y -q wrk)
 	$(PY) -m bench.split $(BENCH_ARGS)

@@ -2,20 +2,19 @@
 CPU ms per image at batch sizes run steadily and alternately (why adaptive batching's size trials do not count the
 first batch of each block, pipeserve/batching/policy.py ``SizeTrial``).
 
-    BENCH_MODEL=imagenet taskset -c 0 .venv/bin/python -m bench.shape_switch [--repeats 3]
+    .venv/bin/python -m bench.shape_switch [--repeats 3] [--core 0]      (or: make bench-shape-switch)
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-
-from bench.apps.common import preprocess_image, session
 
 BODY = Path(__file__).resolve().parent.parent / "examples" / "imagenet" / "samples" / "cat.jpg"
 
@@ -23,7 +22,12 @@ BODY = Path(__file__).resolve().parent.parent / "examples" / "imagenet" / "sampl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--core", type=int, default=0, help="the one core to run on")
     args = parser.parse_args()
+    os.sched_setaffinity(0, {args.core})
+    os.environ["BENCH_MODEL"] = "imagenet"  # read when bench.apps.common is imported
+    from bench.apps.common import preprocess_image, session
+
     engine = session()
     name = engine.get_inputs()[0].name
     image = preprocess_image(base64.b64encode(BODY.read_bytes()).decode())
@@ -44,7 +48,7 @@ def main() -> None:
     for size in inputs:
         for _ in range(5):
             run(size)  # warm: the first runs at a new shape allocate
-    pattern([1], 60)  # and the first steady stretch after the warm-up ran slower in every run (5.0 ms, not 4.5)
+    pattern([1], 60)  # and the first steady stretch after the warm-up ran slower in both runs made (5.0 ms, not 4.5)
     print("| repeat | steady 1 | steady 2 | 1 after 2 | 2 after 1 | steady 4 | 2 after 4 | 4 after 2 |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for repeat in range(args.repeats):

@@ -170,7 +170,7 @@ class SizeTrial:
 
     The first batch of each block is run but not counted: an engine's first run after a change of input shape is
     dearer (EfficientNet-Lite0 in ONNX Runtime at batch 1 took 2-6% longer right after a batch of 2 than after
-    another batch of 1: bench/shape_switch.py), and a size in use runs batch after batch at its own shape. Trials
+    another batch of 1: make bench-shape-switch), and a size in use runs batch after batch at its own shape. Trials
     of single batches in turn charged that cost to every batch they counted, per row mostly to the smaller size.
 
     Example:

@@ -334,7 +334,7 @@ def test_a_trial_alternates_blocks_of_the_two_sizes_and_keeps_the_cheaper() -> N
 
 
 def test_a_trial_does_not_count_the_first_batch_after_a_change_of_size() -> None:
-    """An engine's first run at a new shape is dearer (ONNX Runtime, bench/shape_switch.py). Counted, that cost
+    """An engine's first run at a new shape is dearer (ONNX Runtime: make bench-shape-switch). Counted, that cost
     fell on every batch of a trial of single batches in turn, most of it per row on the smaller size: here 1 is
     cheaper than 2 at steady state but 0.6 ms dearer per row with the switch counted."""
     steady = {1: 0.0043, 2: 0.0088}  # per batch: 4.3 ms per row at 1, 4.4 at 2
