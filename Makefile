@@ -88,7 +88,8 @@ bench-batching: install examples peers
 bench-recovery: install examples peers
 	$(PY) -m bench.recovery $(BENCH_ARGS)
 
-# Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop.
+# Where a saturated imagenet server's time goes per image (engine vs the rest), next to the in-process loop;
+# BENCH_ARGS="--contenders on,fixed2,fixed4,bare8 --loop-sizes 1,2,4" compares batch sizes in one server.
 bench-request-cost: install examples
 	$(PY) -m bench.request_cost $(BENCH_ARGS)
 

@@ -64,16 +64,24 @@ class Contender:
     batch_source: tuple[str, str] | None  # ("metrics", model) or ("log", path)
 
 
-def spec_variant(source: Path, target: Path, *, onnx_batching: bool, ts_batching: bool) -> Path:
+def spec_variant(
+    source: Path,
+    target: Path,
+    *,
+    onnx_batching: bool,
+    ts_batching: bool,
+    mode: str = "adaptive",
+    max_batch: int = MAX_BATCH,
+) -> Path:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     spec = yaml.safe_load((target / "pipeline.yaml").read_text())
     for node in spec["pipeline"]["nodes"]:
         if node["name"] == "classifier":
             if onnx_batching:
                 node["batching"] = {
-                    "max_batch_size": MAX_BATCH,
+                    "max_batch_size": max_batch,
                     "max_latency_ms": BATCH_TIMEOUT_S * 1000,
-                    "mode": "adaptive",
+                    "mode": mode,
                 }
             else:
                 node.pop("batching", None)
@@ -531,8 +539,9 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
             f"batching on does {same_round_ratio(pairs, on.contender, FLOOR, 32):.2f}x the floor's req/s in the same "
             f"rounds, with batches of {on.mean_batch or 1:.1f}: the difference is what its deadlines, disconnect "
             f"handling, metrics, log line and pipeline cost per request, and whatever the batch sizes' difference "
-            f"saves in a server beyond the engine's time per row (which is all the adaptive mode compares; "
-            f"`make bench-request-cost` runs the floor at pipeserve's batch size of 2).{seed_text}\n"
+            f"saves in a server beyond the engine's time per row (the adaptive mode charges each batch "
+            f"`batch_overhead_ms`, 1 ms by default, on top of the engine's time; `make bench-request-cost` compares "
+            f"sizes in one server).{seed_text}\n"
         )
     bento1, pipe1 = get("BentoML", 1), get("pipeserve ONNX batching on", 1)
     if bento1 and pipe1 and bento1.p50_ms > 10 * pipe1.p50_ms:
@@ -561,7 +570,8 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
                 f" In the server at concurrency 32, batching on ran batches of {on.mean_batch or 1:.1f} on average and "
                 f"did {on.vs_batch1 / off.vs_batch1 - 1:+.0%} against batching off. The adaptive batcher keeps the "
                 "size it runs until a trial beats it side by side (blocks of two batches of a neighbouring size "
-                "alternated with blocks of it, four of each, every 128 batches: `best_size` in `GET /metadata` and "
+                "alternated with blocks of it, four of each, every 128 batches, each batch costed as the engine's "
+                "time plus `batch_overhead_ms`: `best_size` in `GET /metadata` and "
                 "`/metrics`), so a gain of a few percent is found only when it outlasts the machine's drift between "
                 "the trial's batches."
             )

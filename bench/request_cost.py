@@ -8,9 +8,14 @@ metrics: ``pipeserve_batch_run_seconds`` over the rows batched (batching on) or 
 times preprocessing and the engine call separately. A third server, bench/apps/bare_batch_app.py (uvicorn, a bare
 ASGI callable and a 20-line greedy batcher of 2, nothing else), shows what HTTP and batching cost at the least.
 Slices of every contender alternate, so that the machine's drift (10-20% within a minute here) spreads over all of
-them; the table shows medians.
+them; the table shows medians, and each contender's images/s against the loop's in the same round.
+
+``--contenders`` picks the servers: ``on`` (adaptive, up to 8), ``off``, ``fixedN`` (pipeserve with fixed batches
+of up to N) and ``bareN`` (the bare app batching up to N); ``--loop-sizes`` the loop's batch sizes. Comparing
+sizes in one server shows what a batch costs beyond the engine (docs/batching.md, ``batch_overhead_ms``):
 
     .venv/bin/python -m bench.request_cost [--rounds 6] [--slice 4]
+    .venv/bin/python -m bench.request_cost --contenders on,fixed2,fixed4,bare8 --loop-sizes 1,2,4
 """
 
 from __future__ import annotations
@@ -29,15 +34,25 @@ import httpx
 import numpy as np
 import orjson
 
-from bench.batching import bodies, spec_variant
+from bench.batching import MAX_BATCH, bodies, spec_variant
 from bench.paired import LoopProcess, pinned_module, settle
 from bench.run import ROOT, only_running, server
 
-NAMES = {
-    "on": "pipeserve, batching on (c={c})",
-    "off": "pipeserve, batching off (c={c})",
-    "bare": "bare ASGI + greedy batcher of 2 (c={c})",
-}
+CONTENDERS = ("on", "off", "bare2")
+
+
+def contender_name(kind: str, concurrency: int) -> str:
+    """The table's name for a contender: ``on`` (adaptive, up to 8), ``off``, ``fixedN`` (pipeserve, fixed
+    batches of up to N) or ``bareN`` (the bare app with a greedy batcher of N)."""
+    if kind == "on":
+        return f"pipeserve, batching on (c={concurrency})"
+    if kind == "off":
+        return f"pipeserve, batching off (c={concurrency})"
+    if kind.startswith("fixed"):
+        return f"pipeserve, fixed batches of up to {kind[5:]} (c={concurrency})"
+    if kind.startswith("bare"):
+        return f"bare ASGI + greedy batcher of {kind[4:]} (c={concurrency})"
+    raise ValueError(f"unknown contender {kind!r}: expected on, off, fixedN or bareN")
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -48,22 +63,21 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def engine_counters(url: str, kind: str) -> tuple[float, float]:
-    """(engine seconds, images) the classifier has run so far, on a pipeserve server (batching ``on`` or ``off``)
-    or on the bare batching app (``bare``)."""
-    if kind == "bare":
+def engine_counters(url: str, kind: str) -> tuple[float, float, float]:
+    """(engine seconds, images, batches) the classifier has run so far, on a pipeserve server (batching ``off``:
+    batches are images) or on the bare batching app (``bareN``)."""
+    if kind.startswith("bare"):
         stats = httpx.get(url + "/stats", timeout=10).json()
-        return stats["engine_s"], stats["images"]
+        return stats["engine_s"], stats["images"], stats["batches"]
     text = httpx.get(url + "/metrics", timeout=10).text
-    if kind == "on":
+    if kind != "off":
         return (
             _metric(text, "pipeserve_batch_run_seconds_sum", model="classifier"),
             _metric(text, "pipeserve_batch_size_sum", model="classifier"),
+            _metric(text, "pipeserve_batch_size_count", model="classifier"),
         )
-    return (
-        _metric(text, "pipeserve_node_latency_seconds_sum", node="classifier"),
-        _metric(text, "pipeserve_node_latency_seconds_count", node="classifier"),
-    )
+    images = _metric(text, "pipeserve_node_latency_seconds_count", node="classifier")
+    return _metric(text, "pipeserve_node_latency_seconds_sum", node="classifier"), images, images
 
 
 class Loop:
@@ -94,6 +108,61 @@ class Loop:
         return pre / images * 1000, run / images * 1000
 
 
+def start_servers(stack: ExitStack, kinds: list[str], core: int, workdir: Path) -> dict[str, str]:
+    """Start each contender's server on ``core`` (stopped when ``stack`` closes); their URLs by contender."""
+    example = ROOT / "examples" / "imagenet"
+    env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
+    urls = {}
+    for kind in kinds:
+        if kind.startswith("bare"):
+            app = "bench.apps.bare_batch_app:app"
+            bare = pinned_module(core, "uvicorn", app, "--port", "{port}", "--no-access-log")
+            bare_env = {**env, "BENCH_MAX_BATCH": kind[4:]}
+            urls[kind] = stack.enter_context(server(f"request-cost-{kind}", bare, bare_env, "/health", workdir))
+            continue
+        fixed = kind.startswith("fixed")
+        spec = spec_variant(
+            example,
+            workdir / f"spec-{kind}",
+            onnx_batching=kind != "off",
+            ts_batching=False,
+            mode="fixed" if fixed else "adaptive",
+            max_batch=int(kind[5:]) if fixed else MAX_BATCH,
+        )
+        command = pinned_module(core, "pipeserve.cli.main", "serve", str(spec), "--port", "{port}")
+        urls[kind] = stack.enter_context(
+            server(f"request-cost-{kind}", command, {"PIPESERVE_ACCESS_LOG": "true"}, "/health/ready", workdir)
+        )
+    return urls
+
+
+def print_table(
+    rows: dict[str, list[tuple[float, float]]], mean_batch: dict[str, list[float]], sizes: list[int], slices: str
+) -> None:
+    """The table: per contender, medians over rounds, and its images/s against the loop's in the same rounds."""
+    loop_totals = {size: [sum(v) for v in rows[f"in-process loop, batch {size}"]] for size in sizes}
+    best_size = min(sizes, key=lambda size: statistics.median(loop_totals[size]))
+    print(
+        f"\nms of one core per image, median of {slices} (server: the engine from its metrics, the rest from "
+        "req/s; loop: preprocessing as the rest); 'vs loop' columns: the median over rounds of the loop's time per "
+        "image in the same round over the contender's\n"
+    )
+    print(
+        "| contender | mean batch | engine ms | rest ms | total ms | images/s vs loop at batch 1 "
+        f"| vs loop at batch {best_size} (its best) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, values in rows.items():
+        engine = statistics.median(v[0] for v in values)
+        rest = statistics.median(v[1] for v in values)
+        totals = [sum(v) for v in values]
+        vs1 = statistics.median(b / t for b, t in zip(loop_totals[1], totals, strict=True))
+        vs_best = statistics.median(b / t for b, t in zip(loop_totals[best_size], totals, strict=True))
+        batch = statistics.median(mean_batch[name])
+        total = statistics.median(totals)
+        print(f"| {name} | {batch:.2f} | {engine:.2f} | {rest:.2f} | {total:.2f} | {vs1:.1%} | {vs_best:.1%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
@@ -101,27 +170,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help="servers to compare, comma-separated: on (adaptive), off, fixedN (fixed batches of up to N), bareN",
+    )
+    parser.add_argument("--loop-sizes", default="1,2", help="the in-process loop's batch sizes, comma-separated")
     args = parser.parse_args()
+    kinds = args.contenders.split(",")
+    for kind in kinds:
+        contender_name(kind, args.concurrency)  # an unknown name fails before any server starts
+    sizes = [int(size) for size in args.loop_sizes.split(",")]
+    if 1 not in sizes:
+        parser.error("--loop-sizes must include 1 (the table's baseline)")
     os.sched_setaffinity(0, {args.server_core})  # the loop runs here, on the servers' core
     os.environ["BENCH_MODEL"] = "imagenet"
     rows: dict[str, list[tuple[float, float]]] = {}  # name -> [(engine ms, rest ms) per image]
+    mean_batch: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         body = bodies(workdir)["json"]
-        example = ROOT / "examples" / "imagenet"
-        urls = {}
-        for kind in ("on", "off"):
-            spec = spec_variant(example, workdir / f"spec-{kind}", onnx_batching=kind == "on", ts_batching=False)
-            command = pinned_module(args.server_core, "pipeserve.cli.main", "serve", str(spec), "--port", "{port}")
-            urls[kind] = stack.enter_context(
-                server(f"request-cost-{kind}", command, {"PIPESERVE_ACCESS_LOG": "true"}, "/health/ready", workdir)
-            )
-        bare = pinned_module(
-            args.server_core, "uvicorn", "bench.apps.bare_batch_app:app", "--port", "{port}", "--no-access-log"
-        )
         env = {"BENCH_MODEL": "imagenet", "PYTHONPATH": str(ROOT)}
-        bare_env = {**env, "BENCH_MAX_BATCH": "2"}
-        urls["bare"] = stack.enter_context(server("request-cost-bare", bare, bare_env, "/health", workdir))
+        urls = start_servers(stack, kinds, args.server_core, workdir)
         loads = {
             kind: LoopProcess(
                 pinned_module(args.client_core, "bench.apps.http_load", "--serve", url + "/predict/label", str(body)),
@@ -134,44 +204,34 @@ def main() -> None:
             only_running(url)
             loads[kind].measure(8, 3)
         loop = Loop(body)
-        for size in (1, 2):
+        for size in sizes:
             loop.split(size, 1.0)  # warm: the first runs at a new batch shape allocate
         try:
             for round_ in range(args.rounds):
-                order: list[Any] = ["on", "off", "bare", 1, 2]
+                order: list[Any] = [*kinds, *sizes]
                 for which in order if round_ % 2 == 0 else reversed(order):
                     if isinstance(which, str):
                         url = urls[which]
                         only_running(url)
-                        seconds0, images0 = engine_counters(url, which)
+                        seconds0, images0, batches0 = engine_counters(url, which)
                         answer = loads[which].measure(args.concurrency, args.slice)
                         settle([args.server_core])
-                        seconds1, images1 = engine_counters(url, which)
+                        seconds1, images1, batches1 = engine_counters(url, which)
                         only_running(None)
                         engine = (seconds1 - seconds0) / (images1 - images0) * 1000
-                        name = NAMES[which].format(c=args.concurrency)
+                        name = contender_name(which, args.concurrency)
                         rows.setdefault(name, []).append((engine, 1000 / answer["rps"] - engine))
+                        mean_batch.setdefault(name, []).append((images1 - images0) / max(batches1 - batches0, 1))
                     else:
                         pre, run = loop.split(which, args.slice)
                         rows.setdefault(f"in-process loop, batch {which}", []).append((run, pre))
+                        mean_batch.setdefault(f"in-process loop, batch {which}", []).append(which)
                 print(f"round {round_ + 1}/{args.rounds}", file=sys.stderr, flush=True)
         finally:
             only_running(None)
             for load in loads.values():
                 load.close()
-    baseline = statistics.median(e + r for e, r in rows["in-process loop, batch 1"])
-    best = statistics.median(e + r for e, r in rows["in-process loop, batch 2"])
-    print(
-        f"\nms of one core per image, median of {args.rounds} rounds of {args.slice:g} s "
-        "(server: the engine from its metrics, the rest from req/s; loop: preprocessing as the rest)\n"
-    )
-    print("| contender | engine ms | rest ms | total ms | images/s vs loop at batch 1 | vs loop at batch 2 |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, values in rows.items():
-        engine = statistics.median(v[0] for v in values)
-        rest = statistics.median(v[1] for v in values)
-        total = statistics.median(v[0] + v[1] for v in values)
-        print(f"| {name} | {engine:.2f} | {rest:.2f} | {total:.2f} | {baseline / total:.1%} | {best / total:.1%} |")
+    print_table(rows, mean_batch, sizes, f"{args.rounds} rounds of {args.slice:g} s")
 
 
 if __name__ == "__main__":

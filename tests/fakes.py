@@ -71,11 +71,12 @@ class FailingRuntime(_Fake):
 
 
 class SlowRuntime(_Fake):
-    """Echo after sleeping ``options.extra['delay_s']`` (default 50 ms) per batch."""
+    """Echo after sleeping ``options.extra['delay_s']`` (default 50 ms) per batch, or per row with ``per_row``."""
 
     def predict(self, inputs: TensorDict) -> TensorDict:
         self._record(inputs)
-        time.sleep(float(self.options.extra.get("delay_s", 0.05)))
+        rows = len(inputs["input"]) if self.options.extra.get("per_row") else 1
+        time.sleep(float(self.options.extra.get("delay_s", 0.05)) * rows)
         return {"output": np.array(inputs["input"], copy=True)}
 
 

@@ -3,7 +3,7 @@
 Each request is read and preprocessed inline (as in bare_app), queued with a future, and one task runs whatever
 is queued (up to BENCH_MAX_BATCH rows, default 2) after letting the requests that are ready preprocess first. No
 deadlines, no disconnect handling, no metrics, no log line, no error handling: what a batching server costs per
-request when it does nothing else. ``GET /stats`` answers the engine's seconds and the images it ran; with
+request when it does nothing else. ``GET /stats`` answers the engine's seconds and the images and batches it ran; with
 BENCH_BATCH_LOG set, each batch's size is appended to that file (as the peers do in the batching bench).
 
 Run: BENCH_MODEL=imagenet uvicorn bench.apps.bare_batch_app:app
@@ -23,7 +23,7 @@ from bench.apps.common import Predictor, preprocess_image, read_body, record_bat
 
 MAX_BATCH = int(os.environ.get("BENCH_MAX_BATCH", "2"))
 _queue: list[tuple[np.ndarray[Any, Any], asyncio.Future[str]]] = []
-_state: dict[str, Any] = {"engine_s": 0.0, "images": 0}
+_state: dict[str, Any] = {"engine_s": 0.0, "images": 0, "batches": 0}
 
 
 async def _runner(predictor: Predictor, wake: asyncio.Event) -> None:
@@ -38,6 +38,7 @@ async def _runner(predictor: Predictor, wake: asyncio.Event) -> None:
         logits = predictor.session.run(None, {predictor.input_name: np.concatenate([x for x, _ in batch])})[0]
         _state["engine_s"] += time.thread_time() - started
         _state["images"] += len(batch)
+        _state["batches"] += 1
         record_batch(len(batch))  # only with BENCH_BATCH_LOG set (the batching bench's mean batch size)
         for (_, future), row in zip(batch, logits, strict=True):
             exp = np.exp(row - row.max())
@@ -63,7 +64,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await respond(send, b'{"health":"ok"}')
         return
     if scope["path"] == "/stats":
-        await respond(send, orjson.dumps({"engine_s": _state["engine_s"], "images": _state["images"]}))
+        await respond(send, orjson.dumps({key: _state[key] for key in ("engine_s", "images", "batches")}))
         return
     x = preprocess_image(orjson.loads(await read_body(receive))["data"])
     future: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -147,7 +147,7 @@ class Batcher(Generic[T, R]):
             return None
         generation = self.latency.generation
         if self._best is None or self._best[0] != generation:
-            best = self.latency.best_size(self.policy.max_batch_size)
+            best = self.latency.best_size(self.policy.max_batch_size, self.policy.batch_overhead_s)
             if best is None:
                 return None
             self._best = (generation, best)
@@ -330,7 +330,8 @@ class Batcher(Generic[T, R]):
         assert trial is not None
         latency = self.latency
         if latency.observed > observed_before and latency.last is not None:
-            trial.record(*latency.last)
+            rows, seconds = latency.last
+            trial.record(rows, seconds + self.policy.batch_overhead_s)
         else:
             trial.record(0, 0.0)  # not costed: a miss
         if trial.done:

@@ -14,6 +14,14 @@ BatchMode = Literal["fixed", "adaptive"]
 #: (measured at low load, when caches are cold) while big batches run under load.
 TIE = 1.02
 
+#: What one batch costs a server beyond its engine run, by default: waking the batcher, merging and splitting the
+#: rows, answering its callers, and re-warming the caches the engine evicted for the requests' own work. The
+#: engine's time alone misses it, and then sizes that run the engine equally fast per row look equal although the
+#: smaller one costs the server more per row. Measured on one core of an AMD EPYC (EfficientNet-Lite0 in ONNX
+#: Runtime at ~65 images/s): 0.9 ms per batch in pipeserve and 1.1 ms in a bare uvicorn server with a greedy
+#: batcher, from their time per image outside the engine at batches of 2, 4 and 8 (``make bench-request-cost``).
+BATCH_OVERHEAD_S = 0.001
+
 
 @dataclass(frozen=True, slots=True)
 class BatchPolicy:
@@ -28,6 +36,8 @@ class BatchPolicy:
         mode: ``fixed`` waits up to ``max_wait_s`` for a full batch; ``adaptive`` waits only while the next
             request is expected sooner than the compute its joining would save (learned from the batches run),
             never longer than ``max_wait_s``.
+        batch_overhead_s: adaptive mode: what one batch costs the server beyond its engine run, added to each
+            batch's measured engine time when sizes are compared per row (see ``BATCH_OVERHEAD_S``).
 
     Example:
         >>> BatchPolicy(max_batch_size=32, max_wait_s=0.002).is_batching
@@ -39,6 +49,7 @@ class BatchPolicy:
     max_queue_size: int = 1024
     workers: int = 1
     mode: BatchMode = "fixed"
+    batch_overhead_s: float = BATCH_OVERHEAD_S
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -51,6 +62,8 @@ class BatchPolicy:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.mode not in ("fixed", "adaptive"):
             raise ValueError(f"mode must be 'fixed' or 'adaptive', got {self.mode!r}")
+        if not 0 <= self.batch_overhead_s < float("inf"):
+            raise ValueError(f"batch_overhead_s must be a finite number of seconds >= 0, got {self.batch_overhead_s}")
 
     @property
     def is_batching(self) -> bool:
@@ -137,14 +150,23 @@ class LatencyModel:
             rows = size
         return rows
 
-    def best_size(self, limit: int) -> int | None:
-        """The batch size (at most ``limit``) seen to take the least time per row; a smaller size wins when it is
-        within 2% of the best (noise). ``None`` until two sizes have been seen.
+    def best_size(self, limit: int, overhead_s: float = 0.0) -> int | None:
+        """The batch size (at most ``limit``) seen to take the least time per row, each batch charged
+        ``overhead_s`` on top of its run; a smaller size wins when it is within 2% of the best (noise). ``None``
+        until two sizes have been seen.
 
         On a CPU, per-row cost often stops falling (EfficientNet-Lite0 in ONNX Runtime) or rises (the same
         network in TorchScript: 27 ms at 1, 39 ms per image at 8, measured) as batches grow.
+
+        Example:
+            >>> model = LatencyModel()
+            >>> model.observe(2, 0.0230); model.observe(4, 0.0455)   # the engine: 11.5 and 11.4 ms per row
+            >>> model.best_size(8), model.best_size(8, overhead_s=0.001)
+            (2, 4)
         """
-        per_row = {size: seconds / size for size, seconds in dict(self._by_size).items() if size <= limit}
+        per_row = {
+            size: (seconds + overhead_s) / size for size, seconds in dict(self._by_size).items() if size <= limit
+        }
         if len(per_row) < 2:
             return None
         best = min(per_row.values())

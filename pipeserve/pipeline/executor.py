@@ -590,6 +590,7 @@ def build_model_node(
             max_queue_size=batching.max_queue_size,
             workers=meta.replicas,
             mode=batching.mode,
+            batch_overhead_s=batching.batch_overhead_ms / 1000.0,
         )
         if batching is not None
         else BatchPolicy(max_batch_size=1, max_queue_size=1024, workers=meta.replicas)

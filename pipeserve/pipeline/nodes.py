@@ -264,20 +264,20 @@ class ModelNode:
         one core, on one machine: 5% cheaper per image at 2 than at 1, 11% dearer at 8; it varies by machine).
         Sizes stop growing once the cost per row is 20% over the best seen (TorchScript's EfficientNet on one core
         only gets dearer per image) or a run takes over a second; the batcher still tries them now and then.
-        Otherwise: the fastest warm-up run. Blocks for the runs: call it in a worker thread.
+        In fixed mode the warm-up's size and ``max_batch_size`` are timed the same way: on a single core a batch
+        runs on the event loop only when expected within the lane's budget, and a full batch's first run under
+        load, cold, once cost 1.8x a warm one, so that full batches were never run again (the estimate came only
+        from that run). Blocks for the runs: call it in a worker thread.
         """
         batcher = self._batcher
         if batcher is None or self._last_inputs is None:
             return
         latency = batcher.latency
-        if self.policy.mode != "adaptive":
-            if self._recent_cost_s:
-                latency.forget()
-                latency.observe(_rows(self._last_inputs), min(self._recent_cost_s))
-            return
         sample = self._last_inputs
+        fixed_sizes = sorted({_rows(sample), self.policy.max_batch_size})
+        sizes = batcher.sizes if self.policy.mode == "adaptive" else fixed_sizes
         costs: dict[int, float] = {}
-        for size in batcher.sizes:
+        for size in sizes:
             batch = _repeat_rows(sample, size)
             self._predict_timed(batch, 0, learn=False)  # cold: a new shape
             warm = []
@@ -425,6 +425,7 @@ class ModelNode:
                 "max_latency_ms": self.policy.max_wait_s * 1000,
                 "max_queue_size": self.policy.max_queue_size,
                 "mode": self.policy.mode,
+                "batch_overhead_ms": self.policy.batch_overhead_s * 1000,
                 **self._learned(),
             }
             if self.queued

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeserve.batching.policy import BATCH_OVERHEAD_S
 from pipeserve.runtimes.devices import check_device
 
 _NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
@@ -143,6 +144,14 @@ class BatchingSpec(_Strict):
         default="fixed",
         description="fixed: wait up to max_latency_ms for a full batch. adaptive: wait only while "
         "the next request is expected sooner than the compute its joining saves (learned), at most max_latency_ms.",
+    )
+    batch_overhead_ms: float = Field(
+        default=BATCH_OVERHEAD_S * 1000,
+        ge=0,
+        le=10_000,
+        description="adaptive: what one batch costs the server beyond the model's run (waking the batcher, "
+        "splitting, answering, caches the model evicted), added to each batch's measured time when batch sizes are "
+        "compared per row. 0 compares the model's time alone.",
     )
 
 

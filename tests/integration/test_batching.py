@@ -146,3 +146,31 @@ def test_metrics_show_what_an_adaptive_batcher_learned(client_factory: Any, tmp_
     node = next(n for n in metadata["nodes"] if n["name"] == "model")
     sizes = {line.split('size="')[1].split('"')[0] for line in learned}
     assert sizes <= set(node["batching"]["learned_ms_per_row"]), "the gauges and /metadata tell the same sizes"
+
+
+def test_a_fixed_batcher_knows_what_a_full_batch_costs_before_load(client_factory: Any, tmp_path: Path) -> None:
+    # On a single core a batch runs on the event loop only when expected within the lane's budget: an estimate of
+    # the full size taken from one cold run under load once kept full batches from ever running again.
+    spec = write_spec(tmp_path, "SumRuntime", batching="{max_batch_size: 8, max_latency_ms: 5}")
+    text = (spec / "pipeline.yaml").read_text()
+    (spec / "pipeline.yaml").write_text(text.replace("  nodes:", "  sample: {data: [[1, 2, 3]]}\n  nodes:"))
+    client = client_factory(spec)
+    latency = client.app.service.pipeline.nodes["model"].batcher.latency
+    assert set(latency.by_size()) == {1, 8}, "warm-up timed the warm-up's size and the full size"
+    assert client.post("/predict", json={"data": [[1, 2, 3]]}).json()["prediction"] == [6.0]
+
+
+def test_the_batch_overhead_is_read_from_the_spec_and_shown(client_factory: Any, tmp_path: Path) -> None:
+    batching = "{max_batch_size: 8, mode: adaptive, batch_overhead_ms: 2.5}"
+    client = client_factory(write_spec(tmp_path, "SumRuntime", batching=batching))
+    assert client.app.service.pipeline.nodes["model"].batcher.policy.batch_overhead_s == pytest.approx(0.0025)
+    node = next(n for n in client.get("/metadata").json()["nodes"] if n["name"] == "model")
+    assert node["batching"]["batch_overhead_ms"] == pytest.approx(2.5)
+
+
+def test_a_negative_batch_overhead_in_the_spec_is_refused(tmp_path: Path) -> None:
+    from pipeserve import load_spec
+    from pipeserve.errors import SpecError
+
+    with pytest.raises(SpecError, match="batch_overhead_ms"):
+        load_spec(write_spec(tmp_path, "SumRuntime", batching="{max_batch_size: 8, batch_overhead_ms: -1}"))

@@ -186,13 +186,14 @@ async def test_several_cores_always_use_the_worker_thread(tmp_path: Path, monkey
         await service.stop()
 
 
-def _fake_model_spec(spec_dir: Path, runtime: str, delay_s: float, batching: str) -> Path:
-    """A pipeline of one fake model (tests/fakes.py) on rows of 2 numbers, sleeping ``delay_s`` per batch."""
+def _fake_model_spec(spec_dir: Path, runtime: str, delay_s: float, batching: str, *, per_row: bool = False) -> Path:
+    """A pipeline of one fake model (tests/fakes.py) on rows of 2 numbers, sleeping ``delay_s`` per batch (per row
+    with ``per_row``)."""
     (spec_dir / "weights.bin").write_bytes(b"\0")
     (spec_dir / "pipeline.yaml").write_text(
         "pipeline:\n  name: echo\n  input: {kind: tensor, shape: [-1, 2]}\n  sample: {data: [[1, 2]]}\n  nodes:\n"
         f"  - name: model\n    model_load_meta: {{runtime: 'tests.fakes:{runtime}', artifact: weights.bin,"
-        f" options: {{delay_s: {delay_s}}}}}\n    batching: {batching}\n"
+        f" options: {{delay_s: {delay_s}, per_row: {str(per_row).lower()}}}}}\n    batching: {batching}\n"
     )
     return spec_dir
 
@@ -257,15 +258,15 @@ async def test_an_engine_on_the_calling_thread_is_costed_by_cpu_time_others_by_t
 async def test_on_one_core_a_request_too_big_for_the_lanes_budget_runs_in_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A row fits the lane's 100 ms, so the model takes turns on the event loop; a request of 8 rows is expected
-    to take 8 times as long, so it runs in a worker thread (the loop keeps answering) while holding the lane."""
+    """A row fits the lane's 100 ms, so the model takes turns on the event loop; a request of 8 rows takes 8 times
+    as long (timed at warm-up), so it runs in a worker thread (the loop keeps answering) while holding the lane."""
     import asyncio
     import threading
 
     from pipeserve import InferenceService, load_spec
     from pipeserve.pipeline import executor
 
-    spec = _fake_model_spec(tmp_path, "SlowRuntime", 0.04, "{max_batch_size: 8}")
+    spec = _fake_model_spec(tmp_path, "SlowRuntime", 0.04, "{max_batch_size: 8}", per_row=True)
     monkeypatch.setattr(executor, "available_cores", lambda: 1)
     service = InferenceService(load_spec(spec))
     await service.start()
