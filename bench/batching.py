@@ -571,7 +571,8 @@ def reading(rows: list[Summary], pairs: list[Pair], sweeps: dict[str, list[dict[
                 f"did {on.vs_batch1 / off.vs_batch1 - 1:+.0%} against batching off. The adaptive batcher keeps the "
                 "size it runs until a trial beats it side by side (blocks of two batches of a neighbouring size "
                 "alternated with blocks of it, four of each, every 128 batches, each batch costed as the engine's "
-                "time plus `batch_overhead_ms`: `best_size` in `GET /metadata` and "
+                "time plus `batch_overhead_ms`, the size chosen by the median of the pair's last 5 trials: "
+                "`best_size` in `GET /metadata` and "
                 "`/metrics`), so a gain of a few percent is found only when it outlasts the machine's drift between "
                 "the trial's batches."
             )

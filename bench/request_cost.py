@@ -48,11 +48,13 @@ def contender_name(kind: str, concurrency: int) -> str:
         return f"pipeserve, batching on (c={concurrency})"
     if kind == "off":
         return f"pipeserve, batching off (c={concurrency})"
-    if kind.startswith("fixed"):
-        return f"pipeserve, fixed batches of up to {kind[5:]} (c={concurrency})"
-    if kind.startswith("bare"):
-        return f"bare ASGI + greedy batcher of {kind[4:]} (c={concurrency})"
-    raise ValueError(f"unknown contender {kind!r}: expected on, off, fixedN or bareN")
+    for prefix, name in (
+        ("fixed", "pipeserve, fixed batches of up to {n}"),
+        ("bare", "bare ASGI + greedy batcher of {n}"),
+    ):
+        if kind.startswith(prefix) and kind[len(prefix) :].isdigit() and int(kind[len(prefix) :]) >= 1:
+            return name.format(n=int(kind[len(prefix) :])) + f" (c={concurrency})"
+    raise ValueError(f"unknown contender {kind!r}: expected on, off, fixedN or bareN (N >= 1, e.g. fixed4)")
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -148,7 +150,7 @@ def print_table(
         "image in the same round over the contender's\n"
     )
     print(
-        "| contender | mean batch | engine ms | rest ms | total ms | images/s vs loop at batch 1 "
+        "| contender | mean batch (range over rounds) | engine ms | rest ms | total ms | images/s vs loop at batch 1 "
         f"| vs loop at batch {best_size} (its best) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -158,9 +160,10 @@ def print_table(
         totals = [sum(v) for v in values]
         vs1 = statistics.median(b / t for b, t in zip(loop_totals[1], totals, strict=True))
         vs_best = statistics.median(b / t for b, t in zip(loop_totals[best_size], totals, strict=True))
-        batch = statistics.median(mean_batch[name])
+        batches = mean_batch[name]
+        batch = f"{statistics.median(batches):.2f} ({min(batches):.1f}-{max(batches):.1f})"
         total = statistics.median(totals)
-        print(f"| {name} | {batch:.2f} | {engine:.2f} | {rest:.2f} | {total:.2f} | {vs1:.1%} | {vs_best:.1%} |")
+        print(f"| {name} | {batch} | {engine:.2f} | {rest:.2f} | {total:.2f} | {vs1:.1%} | {vs_best:.1%} |")
 
 
 def main() -> None:
@@ -177,10 +180,10 @@ def main() -> None:
     )
     parser.add_argument("--loop-sizes", default="1,2", help="the in-process loop's batch sizes, comma-separated")
     args = parser.parse_args()
-    kinds = args.contenders.split(",")
+    kinds = list(dict.fromkeys(args.contenders.split(",")))  # each once: rounds pair slices by contender
     for kind in kinds:
         contender_name(kind, args.concurrency)  # an unknown name fails before any server starts
-    sizes = [int(size) for size in args.loop_sizes.split(",")]
+    sizes = sorted({int(size) for size in args.loop_sizes.split(",")})
     if 1 not in sizes:
         parser.error("--loop-sizes must include 1 (the table's baseline)")
     os.sched_setaffinity(0, {args.server_core})  # the loop runs here, on the servers' core

@@ -3,7 +3,10 @@ smaller batch size that is truly dearer per row, when each batch's cost has Gaus
 
     .venv/bin/python -m bench.trial_noise [--noise 0.08] [--trials 20000]
 
-The smaller size (1) is the candidate against batches of 2 in use; it wins ties within 2% (``TIE``).
+The smaller size (1) is the candidate against batches of 2 in use; it wins ties within 2% (``TIE``). A second table
+runs trials in sequence, as the batcher does, and counts how often the size in use after a trial is the dearer one:
+by that trial's verdict alone (``SizeTrial.winner``, the rule before ``TrialHistory``) and by the median of the
+pair's last 5 trials (``TrialHistory``, the batcher's rule).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from pipeserve.batching.policy import SizeTrial
+from pipeserve.batching.policy import SizeTrial, TrialHistory
 
 
 def smaller_kept(gap: float, noise: float, trials: int, rng: random.Random, rounds: int, block: int) -> float:
@@ -24,6 +27,22 @@ def smaller_kept(gap: float, noise: float, trials: int, rng: random.Random, roun
             trial.record(size, per_row * size)
         kept += trial.winner() == 1
     return kept / trials
+
+
+def dearer_in_use(gap: float, noise: float, trials: int, rng: random.Random) -> tuple[float, float]:
+    """Trials of sizes 2 and 4 in sequence, 4 cheaper per row by ``gap``: the share of trials after which size 2 is
+    in use, by each trial's verdict alone and by ``TrialHistory``."""
+    history = TrialHistory()
+    alone = kept = 0
+    size = 2
+    for _ in range(trials):
+        trial = SizeTrial(incumbent=size, candidate=4 if size == 2 else 2)
+        while (planned := trial.next_size) is not None:
+            trial.record(planned, ((1.0 - gap if planned == 4 else 1.0) + rng.gauss(0.0, noise)) * planned)
+        alone += trial.winner() == 2
+        size = history.add(trial.incumbent, trial.candidate, trial.ratio(), incumbent=trial.incumbent)
+        kept += size == 2
+    return alone / trials, kept / trials
 
 
 def main() -> None:
@@ -40,6 +59,12 @@ def main() -> None:
         name = f"{rounds} blocks of {block} each" + (" (the default)" if (rounds, block) == (4, 2) else "")
         cells = " | ".join(f"{share:.0%}" for share in shares)
         print(f"| {name} | {rounds * (block - 1)} | {cells} |")
+    print("\nTrials in sequence, sizes 2 and 4, 4 cheaper per row: share of trials after which 2 (dearer) is in use\n")
+    print("| 4 cheaper by | one trial's verdict (tie band) | median of the last 5 trials (the batcher) |")
+    print("|---:|---:|---:|")
+    for gap in (0.0, 0.03, 0.05, 0.10):
+        alone, history = dearer_in_use(gap, args.noise, args.trials // 10, rng)
+        print(f"| {gap:.0%} | {alone:.0%} | {history:.0%} |")
 
 
 if __name__ == "__main__":

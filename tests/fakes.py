@@ -60,10 +60,16 @@ class SumRuntime(_Fake):
 
 
 class FailingRuntime(_Fake):
-    """Raises on every batch (after load), or on rows holding ``options.extra['poison']``."""
+    """Raises on every batch (after load), or on rows holding ``options.extra['poison']``, or (MemoryError) on
+    batches of more rows than ``options.extra['fail_above']``."""
 
     def predict(self, inputs: TensorDict) -> TensorDict:
         self._record(inputs)
+        fail_above = self.options.extra.get("fail_above")
+        if fail_above is not None:
+            if len(inputs["input"]) > int(fail_above):
+                raise MemoryError(f"{len(inputs['input'])} rows do not fit")
+            return {"output": inputs["input"].copy()}
         poison = self.options.extra.get("poison")
         if poison is None or (inputs["input"] == poison).any():
             raise ValueError("boom: the engine failed")

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pipeserve.batching.policy import ArrivalRate, BatchPolicy, LatencyModel, SizeTrial
+from pipeserve.batching.policy import ArrivalRate, BatchPolicy, LatencyModel, SizeTrial, TrialHistory
 from pipeserve.errors import DeadlineExceeded, NotReady, Overloaded
 
 T = TypeVar("T")
@@ -125,6 +125,8 @@ class Batcher(Generic[T, R]):
         self._trial: SizeTrial | None = None
         self._trial_generation = 0  # the latency model's generation when the trial began
         self._trials = 0
+        self._history = TrialHistory()  # what the last trials of each pair of sizes found
+        self._history_generation = 0
 
     async def __aenter__(self) -> Batcher[T, R]:
         await self.start()
@@ -142,7 +144,8 @@ class Batcher(Generic[T, R]):
     def best_size(self) -> int | None:
         """Adaptive mode: the batch size it runs under load, ``None`` until two sizes are costed (and in fixed
         mode). It starts as the size cheapest per row in what was learned (the warm-up times every size); after
-        that only a ``SizeTrial`` changes it, every ``EXPLORE_EVERY`` batches, against a neighbouring size."""
+        that only trials change it (``SizeTrial``, every ``EXPLORE_EVERY`` batches, against a neighbouring size,
+        decided with the pair's previous trials by ``TrialHistory``)."""
         if self.policy.mode != "adaptive":
             return None
         generation = self.latency.generation
@@ -336,7 +339,12 @@ class Batcher(Generic[T, R]):
             trial.record(0, 0.0)  # not costed: a miss
         if trial.done:
             if self._trial_generation == latency.generation:  # else what was learned was forgotten meanwhile:
-                self._best = (latency.generation, trial.winner())  # best_size starts over from the new costs
+                if self._history_generation != latency.generation:  # best_size starts over from the new costs
+                    self._history.clear()
+                    self._history_generation = latency.generation
+                incumbent = trial.incumbent
+                size = self._history.add(incumbent, trial.candidate, trial.ratio(), incumbent=incumbent)
+                self._best = (latency.generation, size)
             self._trial = None
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:

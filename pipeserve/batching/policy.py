@@ -9,7 +9,8 @@ from typing import Literal
 
 BatchMode = Literal["fixed", "adaptive"]
 
-#: Per-row costs within this factor of the best count as a tie, which the smaller batch size wins: at saturation
+#: In the warm-up's estimates (``LatencyModel.best_size``; trials use ``TrialHistory``), per-row costs within this
+#: factor of the best count as a tie, which the smaller batch size wins: at saturation
 #: a size k% dearer per row costs k% of the throughput, and small sizes are the ones whose estimates go stale
 #: (measured at low load, when caches are cold) while big batches run under load.
 TIE = 1.02
@@ -92,6 +93,7 @@ class LatencyModel:
     window: int = 9
     _runs: dict[int, deque[float]] = field(default_factory=dict)
     _by_size: dict[int, float] = field(default_factory=dict)
+    _fastest: dict[int, float] = field(default_factory=dict)
     #: Batches observed so far, and the last one's (rows, seconds).
     observed: int = 0
     last: tuple[int, float] | None = None
@@ -108,6 +110,7 @@ class LatencyModel:
             runs = self._runs[size] = deque(maxlen=self.window)
         runs.append(seconds)
         self._by_size[size] = _median(list(runs))  # one assignment: readers in other threads see old or new
+        self._fastest[size] = min(runs)
 
     def by_size(self) -> dict[int, float]:
         """The learned seconds per batch, by batch size."""
@@ -137,14 +140,24 @@ class LatencyModel:
     def forget(self) -> None:
         """Drop what was learned (e.g. the cold first runs of a warm-up)."""
         self._by_size.clear()
+        self._fastest.clear()
         self._runs.clear()
         self.generation += 1
 
+    def fastest(self, size: int) -> float | None:
+        """The fastest of the last runs of ``size`` rows, or the estimate for a size not seen (``None`` before any
+        batch). Noise only ever adds time: a size judged by its median could be pushed over a budget by one slow
+        run, and a size kept out by a budget never runs again to correct it."""
+        fastest = self._fastest.get(size)
+        return fastest if fastest is not None else self.estimate(size)
+
     def rows_within(self, seconds: float, limit: int) -> int:
-        """The most rows (1 to ``limit``) whose batch is expected to take at most ``seconds``."""
-        rows = 1
-        for size in range(2, limit + 1):
-            estimate = self.estimate(size)
+        """The most rows (1 to ``limit``) whose batch can run within ``seconds`` (``fastest``): the largest size
+        seen that ran within it, then the sizes above it while their estimates fit."""
+        fastest = dict(self._fastest)  # a snapshot: worker threads may observe meanwhile
+        rows = max((size for size, run_s in fastest.items() if size <= limit and run_s <= seconds), default=1)
+        for size in range(rows + 1, limit + 1):
+            estimate = self.fastest(size)
             if estimate is None or estimate > seconds:
                 break
             rows = size
@@ -183,8 +196,8 @@ class LatencyModel:
 @dataclass(slots=True)
 class SizeTrial:
     """A candidate batch size tried against the size in use (the incumbent): blocks of ``block`` batches of each
-    alternate, each batch costed per row, and the candidate takes over if it is cheaper (a smaller one also on a
-    tie within ``TIE``).
+    alternate, each batch costed per row. Its verdict is ``ratio()``, which the batcher weighs with the pair's
+    previous trials (``TrialHistory``); ``winner()`` is this trial's verdict alone.
 
     Compared side by side because on a shared machine the speed drifts by 10-20% within a minute, as much as batch
     sizes differ: costs learned for each size at different moments compared the drift (an adaptive batcher picked
@@ -244,8 +257,16 @@ class SizeTrial:
         else:
             self._misses += 1
 
+    def ratio(self) -> float | None:
+        """The larger size's median cost per row over the smaller's, or ``None`` if the trial was given up."""
+        if self._plan or not all(self._per_row.values()):
+            return None
+        small, large = sorted((self.incumbent, self.candidate))
+        return _median(self._per_row[large]) / _median(self._per_row[small])
+
     def winner(self) -> int:
-        """The size to keep: the candidate if the trial finished and it was cheaper, else the incumbent."""
+        """The size to keep, on this trial alone: the candidate if the trial finished and it was cheaper (a smaller
+        one also on a tie within ``TIE``), else the incumbent. The batcher decides on ``TrialHistory`` instead."""
         if self._plan:
             return self.incumbent  # given up (the queue was never deep enough for the planned sizes)
         candidate = _median(self._per_row[self.candidate])
@@ -253,6 +274,45 @@ class SizeTrial:
         if self.candidate < self.incumbent:
             return self.candidate if candidate <= incumbent * TIE else self.incumbent
         return self.candidate if candidate * TIE < incumbent else self.incumbent
+
+
+@dataclass(slots=True)
+class TrialHistory:
+    """The verdicts of the last ``keep`` trials between each pair of sizes, and the size they favour together.
+
+    One trial counts 4 batches of each size; with ~8% noise per batch (a shared CPU) its verdict on sizes 3% apart
+    is wrong about a third of the time, and a tie band that favours one side makes that worse on the other. Each
+    finished trial adds its ratio (the larger size's median cost per row over the smaller's); the size in use is
+    the cheaper one by the median of the pair's last ``keep`` ratios, with no tie band: sizes that cost the same
+    may alternate, at no cost. ``make bench-trial-noise`` simulates both rules.
+
+    Example:
+        >>> history = TrialHistory()
+        >>> for ratio, expected in ((0.97, 4), (1.05, 2), (0.98, 4)):
+        ...     assert history.add(2, 4, ratio, incumbent=2) == expected
+        >>> history.add(2, 4, None, incumbent=2)   # a trial given up keeps the size in use
+        2
+    """
+
+    keep: int = 5
+    _ratios: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+
+    def add(self, a: int, b: int, ratio: float | None, *, incumbent: int) -> int:
+        """Record a finished trial of sizes ``a`` and ``b`` (``ratio``: ``SizeTrial.ratio()``, ``None`` when it was
+        given up) and return the size to run: the cheaper by the median ratio, ``incumbent`` on a given-up trial or
+        an exact tie."""
+        if ratio is None:
+            return incumbent
+        small, large = sorted((a, b))
+        ratios = self._ratios.get((small, large))
+        if ratios is None:
+            ratios = self._ratios[(small, large)] = deque(maxlen=self.keep)
+        ratios.append(ratio)
+        median = _median(list(ratios))
+        return large if median < 1 else small if median > 1 else incumbent
+
+    def clear(self) -> None:
+        self._ratios.clear()
 
 
 def _median(values: list[float]) -> float:

@@ -253,7 +253,7 @@ class ModelNode:
         request of many rows that is not runs in a worker thread, still holding the lane (so no other CPU job
         competes) while the loop keeps answering."""
         assert self.lane is not None
-        expected = self._batcher.latency.estimate(_rows(merged)) if self._batcher is not None else None
+        expected = self._batcher.latency.fastest(_rows(merged)) if self._batcher is not None else None
         return expected is None or expected <= self.lane.MAX_JOB_S
 
     def learn_batch_costs(self) -> None:
@@ -264,30 +264,45 @@ class ModelNode:
         one core, on one machine: 5% cheaper per image at 2 than at 1, 11% dearer at 8; it varies by machine).
         Sizes stop growing once the cost per row is 20% over the best seen (TorchScript's EfficientNet on one core
         only gets dearer per image) or a run takes over a second; the batcher still tries them now and then.
-        In fixed mode the warm-up's size and ``max_batch_size`` are timed the same way: on a single core a batch
-        runs on the event loop only when expected within the lane's budget, and a full batch's first run under
-        load, cold, once cost 1.8x a warm one, so that full batches were never run again (the estimate came only
-        from that run). Blocks for the runs: call it in a worker thread.
+        In fixed mode the warm-up's size and ``max_batch_size`` are timed the same way, the full size only when
+        it is expected within twice the CPU lane's budget (the only use of the estimate in fixed mode): on a single
+        core a batch runs on the event loop only when expected within that budget, and a full batch's first run
+        under load, cold, once cost 1.8x a warm one, so that full batches were never run again (the estimate came
+        only from that run). A size that fails here (memory, a fixed batch dimension) is logged and not timed: it
+        fails its callers when it runs, as it would have without the warm-up. Blocks for the runs: call it in a
+        worker thread.
         """
         batcher = self._batcher
         if batcher is None or self._last_inputs is None:
             return
         latency = batcher.latency
         sample = self._last_inputs
-        fixed_sizes = sorted({_rows(sample), self.policy.max_batch_size})
-        sizes = batcher.sizes if self.policy.mode == "adaptive" else fixed_sizes
+        if self.policy.mode == "adaptive":
+            sizes = batcher.sizes
+        else:
+            one = _rows(sample)
+            sizes = [one]
+            full = self.policy.max_batch_size
+            if full != one and self._recent_cost_s and min(self._recent_cost_s) * full / one <= 2 * CpuLane.MAX_JOB_S:
+                sizes.append(full)
         costs: dict[int, float] = {}
         for size in sizes:
             batch = _repeat_rows(sample, size)
-            self._predict_timed(batch, 0, learn=False)  # cold: a new shape
-            warm = []
-            for _ in range(2):
-                self._predict_timed(batch, 0, learn=False)
-                warm.append(self._recent_cost_s[-1])
+            try:
+                self._predict_timed(batch, 0, learn=False)  # cold: a new shape
+                warm = []
+                for _ in range(2):
+                    self._predict_timed(batch, 0, learn=False)
+                    warm.append(self._recent_cost_s[-1])
+            except Exception as exc:  # noqa: BLE001 - the warm-up only times sizes; a size that fails is not timed
+                logger.warning("Model %s: a batch of %d rows failed at warm-up (%s); not timed", self.name, size, exc)
+                break
             costs[size] = min(warm)
             best_per_row = min(seconds / rows for rows, seconds in costs.items())
             if costs[size] / size > 1.2 * best_per_row or self._recent_run_s[-1] > 1.0:
                 break
+        if not costs and self._recent_cost_s:
+            costs[_rows(sample)] = min(self._recent_cost_s)
         latency.forget()
         for size, seconds in costs.items():
             latency.observe(size, seconds)
@@ -425,7 +440,9 @@ class ModelNode:
                 "max_latency_ms": self.policy.max_wait_s * 1000,
                 "max_queue_size": self.policy.max_queue_size,
                 "mode": self.policy.mode,
-                "batch_overhead_ms": self.policy.batch_overhead_s * 1000,
+                **(
+                    {"batch_overhead_ms": self.policy.batch_overhead_s * 1000} if self.policy.mode == "adaptive" else {}
+                ),
                 **self._learned(),
             }
             if self.queued

@@ -174,3 +174,17 @@ def test_a_negative_batch_overhead_in_the_spec_is_refused(tmp_path: Path) -> Non
 
     with pytest.raises(SpecError, match="batch_overhead_ms"):
         load_spec(write_spec(tmp_path, "SumRuntime", batching="{max_batch_size: 8, batch_overhead_ms: -1}"))
+
+
+def test_a_full_batch_that_fails_at_warm_up_does_not_stop_the_server(client_factory: Any, tmp_path: Path) -> None:
+    # A model with a fixed batch dimension, or one whose full batch does not fit in memory: the warm-up times only
+    # what runs, and the server starts; a full batch fails its own callers when it runs.
+    spec = write_spec(
+        tmp_path, "FailingRuntime", batching="{max_batch_size: 8, max_latency_ms: 5}", options="{fail_above: 1}"
+    )
+    text = (spec / "pipeline.yaml").read_text()
+    (spec / "pipeline.yaml").write_text(text.replace("  nodes:", "  sample: {data: [[1, 2, 3]]}\n  nodes:"))
+    client = client_factory(spec)
+    assert client.get("/health/ready").status_code == 200
+    assert set(client.app.service.pipeline.nodes["model"].batcher.latency.by_size()) == {1}
+    assert client.post("/predict", json={"data": [[1, 2, 3]]}).status_code == 200
