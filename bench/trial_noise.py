@@ -40,7 +40,7 @@ def dearer_in_use(gap: float, noise: float, trials: int, rng: random.Random) -> 
         while (planned := trial.next_size) is not None:
             trial.record(planned, ((1.0 - gap if planned == 4 else 1.0) + rng.gauss(0.0, noise)) * planned)
         alone += trial.winner() == 2
-        size = history.add(trial.incumbent, trial.candidate, trial.ratio(), incumbent=trial.incumbent)
+        size = history.add(trial)
         kept += size == 2
     return alone / trials, kept / trials
 

@@ -125,8 +125,7 @@ class Batcher(Generic[T, R]):
         self._trial: SizeTrial | None = None
         self._trial_generation = 0  # the latency model's generation when the trial began
         self._trials = 0
-        self._history = TrialHistory()  # what the last trials of each pair of sizes found
-        self._history_generation = 0
+        self._history = TrialHistory()  # what the last trials of each pair of sizes found (for these costs)
 
     async def __aenter__(self) -> Batcher[T, R]:
         await self.start()
@@ -155,6 +154,7 @@ class Batcher(Generic[T, R]):
                 return None
             self._best = (generation, best)
             self._trial = None
+            self._history.clear()  # trials of forgotten costs
         return self._best[1]
 
     @property
@@ -338,13 +338,9 @@ class Batcher(Generic[T, R]):
         else:
             trial.record(0, 0.0)  # not costed: a miss
         if trial.done:
-            if self._trial_generation == latency.generation:  # else what was learned was forgotten meanwhile:
-                if self._history_generation != latency.generation:  # best_size starts over from the new costs
-                    self._history.clear()
-                    self._history_generation = latency.generation
-                incumbent = trial.incumbent
-                size = self._history.add(incumbent, trial.candidate, trial.ratio(), incumbent=incumbent)
-                self._best = (latency.generation, size)
+            # Else what was learned was forgotten meanwhile: best_size starts over from the new costs.
+            if self._trial_generation == latency.generation:
+                self._best = (latency.generation, self._history.add(trial))
             self._trial = None
 
     def _take(self, batch: list[_Pending[T, R]], rows: int, limit: int) -> int:

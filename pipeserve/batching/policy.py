@@ -287,29 +287,36 @@ class TrialHistory:
     may alternate, at no cost. ``make bench-trial-noise`` simulates both rules.
 
     Example:
+        >>> def trial(per_row_4: float) -> SizeTrial:   # 2 in use costs 1.0 per row
+        ...     trial = SizeTrial(incumbent=2, candidate=4, rounds=1)
+        ...     while (size := trial.next_size) is not None:
+        ...         trial.record(size, (per_row_4 if size == 4 else 1.0) * size)
+        ...     return trial
         >>> history = TrialHistory()
-        >>> for ratio, expected in ((0.97, 4), (1.05, 2), (0.98, 4)):
-        ...     assert history.add(2, 4, ratio, incumbent=2) == expected
-        >>> history.add(2, 4, None, incumbent=2)   # a trial given up keeps the size in use
+        >>> [history.add(trial(per_row_4)) for per_row_4 in (0.97, 1.05, 0.98)]   # medians 0.97, 1.01, 0.98
+        [4, 2, 4]
+        >>> given_up = SizeTrial(incumbent=2, candidate=4, max_misses=1)
+        >>> given_up.record(3, 0.03)   # only 3 rows were queued: not the size planned
+        >>> history.add(given_up)   # a trial given up keeps the size in use
         2
     """
 
     keep: int = 5
     _ratios: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
 
-    def add(self, a: int, b: int, ratio: float | None, *, incumbent: int) -> int:
-        """Record a finished trial of sizes ``a`` and ``b`` (``ratio``: ``SizeTrial.ratio()``, ``None`` when it was
-        given up) and return the size to run: the cheaper by the median ratio, ``incumbent`` on a given-up trial or
-        an exact tie."""
+    def add(self, trial: SizeTrial) -> int:
+        """Record a finished trial and return the size to run: of its two sizes, the cheaper by the median ratio of
+        the pair's last ``keep`` trials; its incumbent if it was given up, or on an exact tie."""
+        ratio = trial.ratio()
         if ratio is None:
-            return incumbent
-        small, large = sorted((a, b))
+            return trial.incumbent
+        small, large = sorted((trial.incumbent, trial.candidate))
         ratios = self._ratios.get((small, large))
         if ratios is None:
             ratios = self._ratios[(small, large)] = deque(maxlen=self.keep)
         ratios.append(ratio)
         median = _median(list(ratios))
-        return large if median < 1 else small if median > 1 else incumbent
+        return large if median < 1 else small if median > 1 else trial.incumbent
 
     def clear(self) -> None:
         self._ratios.clear()

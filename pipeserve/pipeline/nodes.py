@@ -434,20 +434,18 @@ class ModelNode:
             if self.lane is not None
             else "worker thread"
         )
-        info["batching"] = (
-            {
-                "max_batch_size": self.policy.max_batch_size,
-                "max_latency_ms": self.policy.max_wait_s * 1000,
-                "max_queue_size": self.policy.max_queue_size,
-                "mode": self.policy.mode,
-                **(
-                    {"batch_overhead_ms": self.policy.batch_overhead_s * 1000} if self.policy.mode == "adaptive" else {}
-                ),
-                **self._learned(),
+        info["batching"] = None
+        if self.queued:
+            policy = self.policy
+            batching: dict[str, Any] = {
+                "max_batch_size": policy.max_batch_size,
+                "max_latency_ms": policy.max_wait_s * 1000,
+                "max_queue_size": policy.max_queue_size,
+                "mode": policy.mode,
             }
-            if self.queued
-            else None
-        )
+            if policy.mode == "adaptive":
+                batching["batch_overhead_ms"] = policy.batch_overhead_s * 1000
+            info["batching"] = {**batching, **self._learned()}
         return info
 
     def learned_costs(self) -> tuple[dict[int, float], int | None]:

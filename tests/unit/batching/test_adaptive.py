@@ -484,29 +484,30 @@ def test_sizes_are_compared_with_what_each_batch_costs_the_server_beyond_the_eng
     assert model.best_size(8, overhead_s=0.02) == 8, "a dear batch makes the biggest the cheapest"
 
 
+async def _size_under_load(per_row: dict[int, float], overhead_s: float) -> int | None:
+    """The size an adaptive batcher runs after 600 requests, with these noiseless engine costs per row."""
+
+    async def model(items: list[int]) -> list[int]:
+        batcher.latency.observe(len(items), per_row[len(items)] * len(items))
+        return items
+
+    policy = BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000, batch_overhead_s=overhead_s)
+    batcher: Batcher[int, int] = Batcher(model, policy, learns_latency=False)
+    for size, row_s in per_row.items():  # the warm-up's costs
+        batcher.latency.observe(size, row_s * size)
+    async with batcher:
+        await asyncio.gather(*(batcher.submit(i) for i in range(600)))
+    return batcher.best_size
+
+
 async def test_an_adaptive_batcher_under_load_runs_the_size_cheapest_with_the_overhead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The batcher adds the policy's overhead to every batch it costs, in the warm-up's costs and in its trials."""
     monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 8)
     per_row = {1: 0.01170, 2: 0.01136, 4: 0.01146}  # the engine alone: 2 is 0.9% cheaper; with 1 ms per batch, 4
-    chosen = {}
-    for overhead_s in (0.0, 0.001):
-        learned = LatencyModel()
-
-        async def model(items: list[int], latency: LatencyModel = learned) -> list[int]:
-            latency.observe(len(items), per_row[len(items)] * len(items))
-            return items
-
-        policy = BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000, batch_overhead_s=overhead_s)
-        batcher: Batcher[int, int] = Batcher(model, policy, learns_latency=False)
-        batcher.latency = learned
-        for size, row_s in per_row.items():
-            learned.observe(size, row_s * size)
-        async with batcher:
-            await asyncio.gather(*(batcher.submit(i) for i in range(600)))
-        chosen[overhead_s] = batcher.best_size
-    assert chosen == {0.0: 2, 0.001: 4}
+    assert await _size_under_load(per_row, 0.0) == 2
+    assert await _size_under_load(per_row, 0.001) == 4
 
 
 def test_a_negative_batch_overhead_is_refused() -> None:
@@ -531,7 +532,7 @@ def test_the_trial_history_picks_the_cheaper_size_more_often_than_one_trial_in_n
         while (planned := trial.next_size) is not None:
             trial.record(planned, ((0.97 if planned == 4 else 1.0) + rng.gauss(0.0, 0.08)) * planned)
         wrong_alone += trial.winner() == 2
-        size = history.add(trial.incumbent, trial.candidate, trial.ratio(), incumbent=trial.incumbent)
+        size = history.add(trial)
         wrong_history += size == 2
     assert wrong_history / runs < 0.25 < wrong_alone / runs, (wrong_history / runs, wrong_alone / runs)
 
@@ -552,3 +553,27 @@ def test_one_slow_run_does_not_push_a_size_out_of_a_budget_for_good() -> None:
     for _ in range(4):
         model.observe(8, 0.130)
     assert model.rows_within(0.1, 8) == 6, "once it has left the window, 8 rows no longer fit (7: 113 ms, by the line)"
+
+
+async def test_forgotten_costs_take_the_trial_history_with_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials of costs that were forgotten (a new warm-up) no longer vote: the first trial after decides alone."""
+    monkeypatch.setattr(batcher_module, "EXPLORE_EVERY", 8)
+    per_row = {1: 0.0120, 2: 0.0100, 4: 0.0110}
+
+    async def model(items: list[int]) -> list[int]:
+        batcher.latency.observe(len(items), per_row[len(items)] * len(items))
+        return items
+
+    batcher: Batcher[int, int] = Batcher(
+        model, BatchPolicy(max_batch_size=4, mode="adaptive", max_queue_size=2000), learns_latency=False
+    )
+    for size, row_s in per_row.items():
+        batcher.latency.observe(size, row_s * size)
+    async with batcher:
+        await asyncio.gather(*(batcher.submit(i) for i in range(400)))
+        assert batcher._history._ratios, "trials voted"
+        batcher.latency.forget()
+        batcher.latency.observe(1, 0.0120)
+        batcher.latency.observe(2, 0.0200)
+        assert batcher.best_size == 2
+        assert not batcher._history._ratios, "the old trials were dropped with the costs they compared"
